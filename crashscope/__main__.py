@@ -1,0 +1,3 @@
+from crashscope.cli import main
+
+main()

@@ -1,0 +1,147 @@
+"""The one event schema every source produces, and the closed vocabularies it uses.
+
+Every parsed log line that matters becomes one row of ``EVENT_SCHEMA``. Sources never
+invent columns; anything source-specific goes into ``attrs`` (a JSON object string whose
+keys are documented per kind in ``docs/schema.md``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import polars as pl
+
+
+class Cause(str, Enum):
+    """Crash cause labels of the report contract (``shared/taxonomy.md``); values are exact."""
+
+    FABRIC_TIMEOUT = "fabric_timeout"  # network fabric failed or stalled during collectives
+    STORAGE_STALL = "storage_stall"  # shared/local storage I/O stalled a rank
+    DRIVER_DRIFT = "driver_drift"  # mismatched driver/CUDA/NCCL/OFED/torch across nodes
+    PREEMPTION = "preemption"  # scheduler preempted, requeued or cancelled the job
+    GPU_THROTTLE = "gpu_throttle"  # one GPU ran slow (thermal, power, HW slowdown)
+    GPU_HARDWARE = "gpu_hardware"  # Xid/ECC/NVLink/fallen off the bus
+    NODE_FAILURE = "node_failure"  # host crashed, rebooted or became unreachable
+    OOM = "oom"  # GPU or host out of memory
+    SOFTWARE_ERROR = "software_error"  # bug in user/framework code, desync
+    TIME_LIMIT = "time_limit"  # job hit its time limit
+    UNKNOWN = "unknown"  # failed, not enough evidence
+    NONE = "none"  # no failure
+
+
+CAUSES: tuple[str, ...] = tuple(c.value for c in Cause)
+
+
+class Kind(str, Enum):
+    """Normalized event types. Closed: rules validate against this list."""
+
+    VERSION = "version"  # attrs: component, version (+ host)
+    GPU_INVENTORY = "gpu_inventory"  # attrs: index, pci, uuid, name
+    COMM_INIT = "comm_init"  # attrs: phase(start|complete), comm, rank, nranks, cuda_dev, bus_id, comm_id
+    COMM_ABORT = "comm_abort"  # attrs: phase, comm, rank
+    NET_CONFIG = "net_config"  # attrs: transport, devices
+    NETWORK_ERROR = "network_error"  # attrs: transport(ib|socket|...), status, vendor_err, peer, hca
+    NCCL_ERROR = "nccl_error"  # attrs: code, result, file
+    CUDA_ERROR = "cuda_error"  # attrs: error
+    CUDA_OOM = "cuda_oom"  # attrs: tried_bytes, device
+    COLLECTIVE_TIMEOUT = "collective_timeout"  # attrs: seq, op, numel_in, numel_out, timeout_ms, ran_ms, pg
+    WATCHDOG_ERROR = "watchdog_error"  # attrs: pg, last_enqueued, last_completed, what
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # attrs: seconds
+    DESYNC_REPORT = "desync_report"  # attrs: lagging_ranks, seq, op
+    COLLECTIVE_MISMATCH = "collective_mismatch"  # attrs: detail
+    EXCEPTION = "exception"  # attrs: type, text
+    PROCESS_EXIT = "process_exit"  # attrs: exitcode, signal, pid, tasks
+    SIGNAL = "signal"  # attrs: signal, pid, direction(sent|received)
+    ROOT_CAUSE_REPORT = "root_cause_report"  # torchrun ChildFailedError entry; attrs: root(bool), exitcode, host
+    JOB_CANCEL = "job_cancel"  # slurmstepd banner; attrs: entity, id, reason
+    JOB_STATE = "job_state"  # sacct/scontrol/slurmctld; attrs: state, exit_code, nodes, start, end, step
+    JOB_STEP = "job_step"  # step launch/abort/termination; attrs: step, action
+    NODE_STATE = "node_state"  # slurmctld node not responding/down/returned; attrs: state
+    HOST_OOM = "host_oom"  # kernel OOM killer or Slurm cgroup OOM; attrs: pid, comm, job, step
+    XID = "xid"  # attrs: xid, pci, pid, name
+    SXID = "sxid"  # attrs: sxid, pci
+    GPU_ECC = "gpu_ecc"  # attrs: volatile/aggregate counts, remapped rows, pending
+    GPU_TELEMETRY = "gpu_telemetry"  # attrs: temperature, power, sm_clock, reasons (bitmask)
+    GPU_THROTTLE = "gpu_throttle"  # attrs: reasons (list), mask
+    LINK_EVENT = "link_event"  # mlx5/IB port module, link down/up, health; attrs: device, state
+    STORAGE_ERROR = "storage_error"  # NFS not responding, Lustre lost, GPFS; attrs: fs, server
+    STORAGE_RECOVERED = "storage_recovered"  # NFS OK, Lustre restored; attrs: fs, server
+    HUNG_TASK = "hung_task"  # attrs: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|...)
+    PCIE_ERROR = "pcie_error"  # AER; attrs: severity, device
+    MCE = "mce"  # machine check
+    KERNEL_PANIC = "kernel_panic"
+    BOOT = "boot"  # kernel boot banner / reboot
+    SEGFAULT = "segfault"  # attrs: comm, pid, library
+    CHECKPOINT = "checkpoint"  # app-level save; attrs: phase(start|end), path, iteration
+    TRAIN_STEP = "train_step"  # app-level iteration; attrs: step, step_ms
+    LOG_ERROR = "log_error"  # any other error/warning line worth showing
+
+
+KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
+
+
+class Severity(str, Enum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+SEVERITIES: tuple[str, ...] = tuple(s.value for s in Severity)
+
+
+class TimeQuality(str, Enum):
+    """How far an event's ``time`` can be trusted.
+
+    exact: the source stamped it with an explicit zone/epoch, or local time with a known zone.
+    aligned: converted from another clock (monotonic, skewed host) by an offset crashscope estimated.
+    estimated: local time with an assumed zone, or interpolated from neighbouring lines.
+    missing: no usable time.
+    """
+
+    EXACT = "exact"
+    ALIGNED = "aligned"
+    ESTIMATED = "estimated"
+    MISSING = "missing"
+
+
+TIME_QUALITIES: tuple[str, ...] = tuple(q.value for q in TimeQuality)
+
+# Source names are part of the schema (an Enum column); keep in step with sources.SOURCES
+# (a test checks both directions).
+SOURCE_NAMES: tuple[str, ...] = (
+    "nccl",
+    "pytorch",
+    "slurm",
+    "sacct",
+    "kernel",
+    "nvidia_smi",
+    "gpu_csv",
+    "versions",
+)
+
+EVENT_SCHEMA = pl.Schema(
+    {
+        "time": pl.Datetime("ns", "UTC"),
+        "time_quality": pl.Enum(TIME_QUALITIES),
+        "host": pl.String,
+        "rank": pl.Int32,
+        "local_rank": pl.Int32,
+        "gpu": pl.String,  # PCI bus id dddd:bb:dd.f (lower case) when known
+        "gpu_index": pl.Int32,  # CUDA ordinal / nvidia-smi index when the PCI id is not known
+        "pid": pl.Int64,
+        "job_id": pl.String,
+        "source": pl.Enum(SOURCE_NAMES),
+        "kind": pl.Enum(KINDS),
+        "severity": pl.Enum(SEVERITIES),
+        "message": pl.String,
+        "attrs": pl.String,  # JSON object
+        "file": pl.String,  # path relative to the analysed directory ("a.tar.gz!member" inside archives)
+        "line": pl.Int64,  # 1-based
+    }
+)
+
+
+def empty_events() -> pl.DataFrame:
+    return pl.DataFrame(schema=EVENT_SCHEMA)

@@ -1,0 +1,329 @@
+"""The small interface every input source implements, and the helpers they share.
+
+A source is one module in ``crashscope/sources/`` exposing ``SOURCE``. Two shapes:
+
+* ``LineSource``: text logs. The ingest scans a file once (in Rust, via polars) for the
+  union of every line source's ``prefilter`` and hands each source the matching lines of
+  the file, in order, with 1-based line numbers. Mixed files (a ``slurm-%j.out`` holding
+  NCCL, PyTorch, srun and traceback lines) are therefore parsed by every line source; the
+  file is *claimed* by the source that sniffs highest.
+* ``FileSource``: small structured files (JSON, CSV, ``nvidia-smi -q``) parsed whole.
+
+Sources never raise on bad input: they call ``ctx.warn`` and go on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar, Sequence
+from zoneinfo import ZoneInfo
+
+import polars as pl
+import regex
+
+from crashscope.schema import EVENT_SCHEMA, Kind, Severity, TimeQuality
+
+UTC = timezone.utc
+
+MAX_WARNINGS_PER_FILE = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ParseWarning:
+    file: str
+    line: int | None
+    reason: str
+    excerpt: str = ""
+
+    def __str__(self) -> str:
+        loc = f"{self.file}:{self.line}" if self.line else self.file
+        tail = f": {self.excerpt!r}" if self.excerpt else ""
+        return f"{loc}: {self.reason}{tail}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """What a source knows about the file it parses."""
+
+    path: str  # display path relative to the analysed root; "x.tar.gz!member" in archives
+    name: str  # base name without a compression suffix
+    host_hint: str | None = None  # from a per-node directory or a file name
+    rank_hint: int | None = None  # from names like rank12.log
+
+
+@dataclass(slots=True)
+class ParseOptions:
+    """Settings shared by every source in one ingest run."""
+
+    tz: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
+    tz_known: bool = False  # False: local stamps are read as UTC, quality "estimated"
+    year: int | None = None  # for year-less stamps; None: current year, quality "estimated"
+    month: int | None = None  # job start month, for Dec->Jan roll-over of year-less stamps
+
+
+class ParseContext:
+    """Collects the events and warnings of one file for one source."""
+
+    def __init__(self, file: FileInfo, source: str, options: ParseOptions | None = None):
+        self.file = file
+        self.source = source
+        self.options = options or ParseOptions()
+        self.rows: list[dict[str, Any]] = []
+        self.warnings: list[ParseWarning] = []
+        self.suppressed_warnings = 0
+
+    # -- output -------------------------------------------------------------------------
+    def emit(
+        self,
+        kind: Kind | str,
+        line: int | None,
+        message: str,
+        *,
+        severity: Severity | str = Severity.INFO,
+        time: int | None = None,
+        time_quality: TimeQuality | str | None = None,
+        host: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        gpu: str | None = None,
+        gpu_index: int | None = None,
+        pid: int | None = None,
+        job_id: str | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> None:
+        """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers)."""
+        if time_quality is None:
+            time_quality = TimeQuality.MISSING if time is None else TimeQuality.EXACT
+        self.rows.append(
+            {
+                "time": time,
+                "time_quality": _val(time_quality),
+                "host": short_host(host) if host else self.file.host_hint,
+                "rank": rank if rank is not None else self.file.rank_hint,
+                "local_rank": local_rank,
+                "gpu": gpu,
+                "gpu_index": gpu_index,
+                "pid": pid,
+                "job_id": job_id,
+                "source": self.source,
+                "kind": _val(kind),
+                "severity": _val(severity),
+                "message": message[:2000],
+                "attrs": json.dumps(attrs, separators=(",", ":"), default=str) if attrs else None,
+                "file": self.file.path,
+                "line": line,
+            }
+        )
+
+    def warn(self, reason: str, line: int | None = None, excerpt: str = "") -> None:
+        if len(self.warnings) >= MAX_WARNINGS_PER_FILE:
+            self.suppressed_warnings += 1
+            return
+        self.warnings.append(ParseWarning(self.file.path, line, reason, excerpt[:80]))
+
+    def frame(self) -> pl.DataFrame:
+        if not self.rows:
+            return pl.DataFrame(schema=EVENT_SCHEMA)
+        df = pl.DataFrame(self.rows, schema_overrides={k: v for k, v in EVENT_SCHEMA.items() if k != "time"}, strict=False)
+        return df.with_columns(pl.col("time").cast(pl.Int64).cast(pl.Datetime("ns", "UTC"))).select(
+            [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
+        )
+
+    # -- time -----------------------------------------------------------------------------
+    def local_quality(self) -> TimeQuality:
+        """Quality of a local-time stamp converted with the configured zone."""
+        return TimeQuality.EXACT if self.options.tz_known else TimeQuality.ESTIMATED
+
+    def local_ns(self, year: int, month: int, day: int, hh: int, mm: int, ss: int, ns: int = 0) -> int | None:
+        """Local wall time (no zone printed) to UTC ns, using the run's time zone."""
+        try:
+            dt = datetime(year, month, day, hh, mm, ss, tzinfo=self.options.tz)
+        except ValueError:
+            return None
+        return epoch_ns(dt) + ns
+
+    def yearless_ns(self, month: int, day: int, hh: int, mm: int, ss: int, ns: int = 0) -> int | None:
+        """Year-less local stamp (syslog, c10, torchrun): dated from the job's start.
+
+        A stamp in January when the job started in December belongs to the next year.
+        """
+        year = self.options.year or datetime.now(UTC).year
+        if self.options.month == 12 and month == 1:
+            year += 1
+        return self.local_ns(year, month, day, hh, mm, ss, ns)
+
+
+def _val(x: Any) -> Any:
+    return x.value if hasattr(x, "value") else x
+
+
+def epoch_ns(dt: datetime) -> int:
+    """Aware datetime to integer ns since the epoch, without float rounding."""
+    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def iso_to_ns(text: str, ctx: ParseContext | None = None) -> tuple[int | None, TimeQuality]:
+    """Parse ISO-8601-ish stamps: with zone -> exact; without -> local via ``ctx``.
+
+    Accepts ``T`` or space or ``_`` between date and time, ``,`` or ``.`` before the
+    fraction, ``Z``, ``+hh:mm`` and ``+hhmm`` offsets.
+    """
+    m = _ISO.match(text.strip())
+    if not m:
+        return None, TimeQuality.MISSING
+    y, mo, d, hh, mi, ss = (int(m.group(i)) for i in ("y", "mo", "d", "hh", "mi", "ss"))
+    frac = m.group("frac") or ""
+    ns = int((frac + "000000000")[:9]) if frac else 0
+    zone = m.group("zone")
+    try:
+        if zone:
+            if zone == "Z":
+                tz: Any = UTC
+            else:
+                sign = 1 if zone[0] == "+" else -1
+                digits = zone[1:].replace(":", "")
+                tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4] or 0)))
+            return epoch_ns(datetime(y, mo, d, hh, mi, ss, tzinfo=tz)) + ns, TimeQuality.EXACT
+        if ctx is None:
+            return epoch_ns(datetime(y, mo, d, hh, mi, ss, tzinfo=UTC)) + ns, TimeQuality.ESTIMATED
+        t = ctx.local_ns(y, mo, d, hh, mi, ss, ns)
+        return t, ctx.local_quality() if t is not None else TimeQuality.MISSING
+    except ValueError:
+        return None, TimeQuality.MISSING
+
+
+_ISO = regex.compile(
+    r"""(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)
+        (?:[.,](?P<frac>\d{1,9}))?
+        (?P<zone>Z|[+-]\d\d:?\d\d)?""",
+    regex.VERBOSE,
+)
+
+MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+
+# -- identity helpers ----------------------------------------------------------------------
+
+def short_host(host: str) -> str:
+    """Hosts are compared by short name (NCCL and Slurm print short names; torchrun FQDNs)."""
+    host = host.strip()
+    if _IPV4.fullmatch(host):
+        return host
+    return host.split(".", 1)[0]
+
+
+_IPV4 = regex.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_PCI = regex.compile(r"(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
+
+
+def normalize_pci(text: str) -> str | None:
+    """PCI addresses in every spelling to lower-case ``dddd:bb:dd.f``.
+
+    Xid prints ``0000:3b:00`` (no function), nvidia-smi ``00000000:3B:00.0`` (8-digit
+    domain), NCCL ``busId 3b000`` (hex, no separators: bus<<12 | dev<<4 | fn... see
+    ``pci_from_nccl_busid``).
+    """
+    m = _PCI.fullmatch(text.strip())
+    if not m:
+        return None
+    dom = (m.group("dom") or "0000")[-4:]
+    return f"{dom}:{m.group('bus')}:{m.group('dev')}.{m.group('fn') or '0'}".lower()
+
+
+def pci_from_nccl_busid(busid: str) -> str | None:
+    """NCCL ``busId`` is the bus id as hex without separators: ``1b000`` = 0000:1b:00.0."""
+    try:
+        v = int(busid, 16)
+    except ValueError:
+        return None
+    fn, dev, bus, dom = v & 0xF, (v >> 4) & 0xFF, (v >> 12) & 0xFF, (v >> 20) & 0xFFFF
+    return f"{dom:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinePrefix:
+    """What the launcher put in front of a program's line."""
+
+    task: int | None = None  # srun --label task id (SLURM_PROCID)
+    local_rank: int | None = None  # torchrun [default3]:
+    rank: int | None = None  # c10 / python [rank3]:
+
+
+_PREFIX = regex.compile(
+    r"""^(?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
+        (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
+        (?:\[rank(?P<rank>\d+)\]:\s?)?                 # c10 / python "[rank3]:"
+    """,
+    regex.VERBOSE,
+)
+
+
+def split_prefix(text: str) -> tuple[LinePrefix, str]:
+    """Strip ``srun -l``, torchrun and ``[rankN]:`` prefixes from a line.
+
+    >>> split_prefix(" 3: [default1]:[rank9]:[E0917 04:21:41.1 x.cpp:1] hi")
+    (LinePrefix(task=3, local_rank=1, rank=9), '[E0917 04:21:41.1 x.cpp:1] hi')
+    """
+    m = _PREFIX.match(text)
+    if not m or m.end() == 0:
+        return _NO_PREFIX, text
+    role = m.group("role")
+    lr = int(m.group("lr")) if m.group("lr") is not None and role != "rank" else None
+    rank = m.group("rank")
+    if role == "rank" and m.group("lr") is not None and rank is None:
+        rank = m.group("lr")
+    return (
+        LinePrefix(
+            task=int(m.group("task")) if m.group("task") is not None else None,
+            local_rank=lr,
+            rank=int(rank) if rank is not None else None,
+        ),
+        text[m.end():],
+    )
+
+
+_NO_PREFIX = LinePrefix()
+
+
+# -- the interface --------------------------------------------------------------------------
+
+class Source:
+    """Common metadata of a source. Subclass ``LineSource`` or ``FileSource``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    # fnmatch patterns on the base name: a weak prior, content sniffing decides.
+    filename_hints: ClassVar[tuple[str, ...]] = ()
+
+    def sniff(self, head: str, name: str) -> float:
+        """Confidence 0..1 that this source understands a file, from its first 64 KiB."""
+        raise NotImplementedError
+
+
+class LineSource(Source):
+    # A regex (Rust `regex` syntax, also valid Python `regex`) selecting the lines this
+    # source wants. Runs over every line of every text file, so keep it literal-heavy.
+    prefilter: ClassVar[str]
+
+    def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
+        """Parse the prefilter-matching lines of one file (1-based numbers, file order)."""
+        raise NotImplementedError
+
+
+class FileSource(Source):
+    max_bytes: ClassVar[int] = 64 * 1024 * 1024  # larger files are cut with a warning
+
+    def parse_file(self, data: bytes, ctx: ParseContext) -> None:
+        """Parse one whole (decompressed) file."""
+        raise NotImplementedError
+
+
+def decode(data: bytes) -> tuple[str, bool]:
+    """Decode bytes as UTF-8; returns (text, had_invalid_bytes)."""
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "backslashreplace"), True
