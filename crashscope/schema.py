@@ -113,6 +113,7 @@ TIME_QUALITIES: tuple[str, ...] = tuple(q.value for q in TimeQuality)
 SOURCE_NAMES: tuple[str, ...] = (
     "nccl",
     "pytorch",
+    "torchelastic",
     "slurm",
     "sacct",
     "kernel",

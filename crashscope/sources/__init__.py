@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import fnmatch
 
-from crashscope.sources import gpu_csv, kernel, nccl, nvidia_smi, pytorch, sacct, slurm, versions
+from crashscope.sources import gpu_csv, kernel, nccl, nvidia_smi, pytorch, sacct, slurm, torchelastic, versions
 from crashscope.sources.base import FileSource, LineSource, Source
 
 SOURCES: tuple[Source, ...] = (
     nccl.SOURCE,
     pytorch.SOURCE,
+    torchelastic.SOURCE,
     slurm.SOURCE,
     sacct.SOURCE,
     kernel.SOURCE,
