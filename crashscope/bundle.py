@@ -1,0 +1,315 @@
+"""Safe, read-only access to a job's log directory.
+
+The Slurm epilog runs this as root over directories users write, so:
+
+* nothing is ever written under the root;
+* symbolic links are followed only when they resolve to a regular file inside the root
+  (links out of the root, to directories, and loops are skipped with a warning);
+* every file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with ``fstat`` after
+  opening, so a file swapped for a FIFO, device or link after the directory scan is
+  refused rather than followed or blocked on;
+* ``.gz``, ``.zst``, ``.bz2``, ``.xz`` files and tar archives (compressed or not) are
+  read in place by streaming; members are never extracted, so no member path can escape.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import stat
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+import regex
+
+HEAD_BYTES = 64 * 1024
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+MAX_TAR_MEMBERS = 200_000
+
+
+@dataclass(slots=True)
+class Entry:
+    """One readable file (or archive member) of the job directory."""
+
+    path: str  # display path relative to the root; "a.tar.gz!member/path" inside archives
+    name: str  # base name without compression suffix
+    size: int | None  # on-disk (compressed) size
+    stream: BinaryIO  # decompressed bytes; valid until the walk moves on
+    compression: str | None = None
+
+
+@dataclass(slots=True)
+class Skipped:
+    """A path that was found but not read, with the reason for ``warnings``/``sources``."""
+
+    path: str
+    reason: str
+    unreadable: bool = False  # True: list it in sources as "unreadable"
+
+
+def _magic_kind(head: bytes) -> str | None:
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    if head.startswith(b"BZh") and len(head) > 3 and head[3:4].isdigit():
+        return "bz2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    return None
+
+
+def _decompressor(kind: str, raw: BinaryIO) -> BinaryIO:
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if kind == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[return-value]
+    if kind == "bz2":
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if kind == "xz":
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    raise ValueError(kind)
+
+
+class PeekStream(io.RawIOBase):
+    """A stream whose first bytes were already read (to sniff) and are replayed.
+
+    Read errors of the underlying stream (a gzip that ends early, a corrupt zstd frame)
+    end the stream instead of raising; ``error`` says what happened.
+    """
+
+    def __init__(self, head: bytes, rest: BinaryIO):
+        self._head = head
+        self._rest = rest
+        self.error: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        n = len(b)
+        if self._head:
+            k = min(n, len(self._head))
+            b[:k] = self._head[:k]
+            self._head = self._head[k:]
+            return k
+        if self.error:
+            return 0
+        try:
+            data = self._rest.read(n)
+        except (EOFError, OSError, ValueError, zlib_error(), lzma.LZMAError) as exc:
+            self.error = _describe(exc)
+            return 0
+        except Exception as exc:  # zstandard.ZstdError and friends
+            self.error = _describe(exc)
+            return 0
+        k = len(data)
+        b[:k] = data
+        return k
+
+
+def zlib_error() -> type[Exception]:
+    import zlib
+
+    return zlib.error
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, EOFError):
+        return f"compressed data ends early ({text})"
+    return f"read error: {text}"
+
+
+def read_head(stream: BinaryIO, n: int = HEAD_BYTES) -> tuple[bytes, str | None]:
+    """Read up to n bytes, tolerating a stream that breaks early."""
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        while got < n:
+            b = stream.read(n - got)
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+    except Exception as exc:  # noqa: BLE001 - any decoder error means "stream ended"
+        return b"".join(chunks), _describe(exc)
+    return b"".join(chunks), None
+
+
+_HOSTISH = regex.compile(r"^[A-Za-z][A-Za-z0-9-]*?\d+[A-Za-z0-9-]*$")
+_NOT_HOST = regex.compile(
+    r"^(?:rank|worker|attempt|job|step|task|proc|gpu|local|node_rank|log|logs|run|epoch|slurm|out|err|dmesg|trace|nccl|iter)[-_]?\d+$",
+    regex.IGNORECASE,
+)
+_RANK_IN_NAME = regex.compile(r"(?:^|[^a-z])rank[-_.]?(\d{1,6})(?:\D|$)", regex.IGNORECASE)
+
+
+def host_hint_from_path(rel: str) -> str | None:
+    """A host name from a per-node directory (``node001/dmesg.log``), or None.
+
+    Only directory components are used; names inside files are matched against the
+    job's known hosts later, by the timeline.
+    """
+    parts = [p for p in rel.replace("!", "/").split("/")[:-1] if p]
+    for part in reversed(parts):
+        if _HOSTISH.match(part) and not _NOT_HOST.match(part):
+            return part.split(".", 1)[0]
+    return None
+
+
+def rank_hint_from_path(rel: str) -> int | None:
+    m = None
+    for m in _RANK_IN_NAME.finditer(rel.replace("!", "/").rsplit("/", 1)[-1]):
+        pass
+    return int(m.group(1)) if m else None
+
+
+def strip_compression(name: str) -> str:
+    for suf in COMPRESSED_SUFFIXES:
+        if name.endswith(suf):
+            return name[: -len(suf)]
+    return name
+
+
+def _open_nofollow(path: str) -> tuple[BinaryIO | None, os.stat_result | None, str | None]:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return None, None, exc.strerror or str(exc)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None, st, "not a regular file"
+        # O_NONBLOCK is only there to never hang on a FIFO; regular reads ignore it.
+        return os.fdopen(fd, "rb", buffering=1024 * 1024), st, None
+    except OSError as exc:
+        os.close(fd)
+        return None, None, exc.strerror or str(exc)
+
+
+def walk(root: Path) -> Iterator[Entry | Skipped]:
+    """Yield every readable file under ``root`` (and inside archives) in a stable order.
+
+    Each ``Entry.stream`` must be consumed before the iterator advances (tar members are
+    streamed). The caller closes nothing: the walk does.
+    """
+    root = Path(root)
+    root_real = os.path.realpath(root)
+    if os.path.isfile(root_real):
+        yield from _yield_file(root_real, os.path.basename(root_real))
+        return
+    seen_dirs: set[tuple[int, int]] = set()
+    seen_files: set[tuple[int, int]] = set()
+    stack = [("", root_real)]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        try:
+            st = os.stat(abs_dir, follow_symlinks=False)
+        except OSError as exc:
+            yield Skipped(rel_dir or ".", f"unreadable directory: {exc.strerror}", unreadable=True)
+            continue
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            continue
+        seen_dirs.add((st.st_dev, st.st_ino))
+        try:
+            with os.scandir(abs_dir) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            yield Skipped(rel_dir or ".", f"unreadable directory: {exc.strerror}", unreadable=True)
+            continue
+        subdirs = []
+        for e in entries:
+            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+            try:
+                if e.is_symlink():
+                    target = os.path.realpath(e.path)
+                    if os.path.commonpath([root_real, target]) != root_real:
+                        yield Skipped(rel, "symbolic link pointing outside the job directory (not followed)")
+                    # A link inside the root needs no following: its target is walked itself.
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    subdirs.append((rel, e.path))
+                    continue
+                if not e.is_file(follow_symlinks=False):
+                    yield Skipped(rel, "not a regular file (FIFO, socket or device): skipped")
+                    continue
+                est = e.stat(follow_symlinks=False)
+                if (est.st_dev, est.st_ino) in seen_files:
+                    continue
+                seen_files.add((est.st_dev, est.st_ino))
+            except (OSError, ValueError) as exc:
+                yield Skipped(rel, f"cannot inspect: {exc}", unreadable=True)
+                continue
+            yield from _yield_file(e.path, rel)
+        stack.extend(reversed(subdirs))
+
+
+def _yield_file(abs_path: str, rel: str) -> Iterator[Entry | Skipped]:
+    fh, st, err = _open_nofollow(abs_path)
+    if fh is None:
+        yield Skipped(rel, f"cannot open: {err}", unreadable=err != "not a regular file")
+        return
+    with fh:
+        yield from _yield_stream(fh, rel, st.st_size if st else None, depth=0)
+
+
+def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iterator[Entry | Skipped]:
+    magic, err = read_head(raw, 8)
+    stream: BinaryIO = PeekStream(magic, raw)  # type: ignore[assignment]
+    kind = _magic_kind(magic)
+    name = rel.replace("!", "/").rsplit("/", 1)[-1]
+    if kind:
+        try:
+            stream = _decompressor(kind, io.BufferedReader(stream))  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001
+            yield Skipped(rel, f"cannot decompress ({kind}): {exc}", unreadable=True)
+            return
+        name = strip_compression(name)
+    head, err = read_head(stream, 512)
+    peek = PeekStream(head, stream)
+    peek.error = err
+    if len(head) >= 262 and head[257:262] == b"ustar" and depth == 0:
+        yield from _yield_tar(peek, rel)
+        return
+    yield Entry(path=rel, name=name, size=size, stream=peek, compression=kind)  # type: ignore[arg-type]
+
+
+def _yield_tar(stream: BinaryIO, rel: str) -> Iterator[Entry | Skipped]:
+    try:
+        tar = tarfile.open(fileobj=stream, mode="r|")  # streaming: no seeking, no extraction
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        yield Skipped(rel, f"unreadable tar archive: {exc}", unreadable=True)
+        return
+    count = 0
+    try:
+        for member in tar:
+            count += 1
+            if count > MAX_TAR_MEMBERS:
+                yield Skipped(rel, f"more than {MAX_TAR_MEMBERS} archive members: rest skipped")
+                break
+            mrel = f"{rel}!{member.name.lstrip('/')}"
+            if not member.isreg():
+                if not member.isdir():
+                    yield Skipped(mrel, "archive member is not a regular file (link or device): skipped")
+                continue
+            fobj = tar.extractfile(member)
+            if fobj is None:
+                continue
+            yield from _yield_stream(fobj, mrel, member.size, depth=1)  # type: ignore[arg-type]
+    except (tarfile.TarError, OSError, EOFError, zlib_error()) as exc:
+        yield Skipped(rel, f"tar archive ends early or is corrupt after {count} members: {exc}")
+    except Exception as exc:  # noqa: BLE001 - decompressor errors inside the archive
+        yield Skipped(rel, f"tar archive read error after {count} members: {exc}")
+
+
+Opener = Callable[[], BinaryIO]

@@ -1,0 +1,309 @@
+"""Ingest: every file of a job directory -> sniffed -> parsed into one events frame.
+
+Speed comes from scanning text in Rust: each file is read in blocks, polars splits a
+block into lines and keeps only lines matching the union of the line sources'
+prefilters; only those (typically well under 1% of a large job's NCCL INFO chatter)
+reach Python. Memory stays flat: a block at a time, plus the sparse events.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import polars as pl
+import regex
+
+from crashscope.bundle import Entry, PeekStream, Skipped, host_hint_from_path, rank_hint_from_path, read_head, walk
+from crashscope.schema import EVENT_SCHEMA
+from crashscope.sources import LINE_SOURCES, sniff_scores
+from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode
+
+log = logging.getLogger(__name__)
+
+BLOCK_BYTES = 32 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not a log line)
+BINARY_CONTROL_FRACTION = 0.05
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
+NEAR_TIE = 0.05
+
+
+@dataclass(slots=True)
+class FileRecord:
+    """What happened to one file; the report's ``sources`` entries come from these."""
+
+    file: str
+    kind: str  # winning source name, "unrecognized" or "unreadable"
+    confidence: float = 0.0
+    events: int = 0
+    bytes: int = 0
+    lines: int = 0
+    warnings: int = 0
+    runner_up: str | None = None
+    runner_up_confidence: float = 0.0
+    note: str | None = None
+
+
+@dataclass(slots=True)
+class IngestResult:
+    root: Path
+    events: pl.DataFrame
+    files: list[FileRecord]
+    warnings: list[str] = field(default_factory=list)
+    bytes_read: int = 0
+
+    def sources_summary(self) -> list[dict[str, object]]:
+        return [{"file": f.file, "kind": f.kind, "events": f.events} for f in self.files]
+
+
+def ingest(
+    root: Path | str,
+    options: ParseOptions | None = None,
+    *,
+    progress: Callable[[str, int], None] | None = None,
+    overrides: dict[str, str] | None = None,
+) -> IngestResult:
+    """Read every file under ``root`` into one events frame (times not yet aligned).
+
+    Args:
+        root: the job's log directory (or one file / archive).
+        options: time zone and year for local-time sources.
+        progress: called with (file, bytes) after each file.
+        overrides: {fnmatch glob: source name} forcing a source for matching files.
+    """
+    root = Path(root)
+    options = options or ParseOptions()
+    frames: list[pl.DataFrame] = []
+    files: list[FileRecord] = []
+    warnings: list[str] = []
+    total = 0
+    for item in walk(root):
+        if isinstance(item, Skipped):
+            warnings.append(f"{item.path}: {item.reason}")
+            if item.unreadable:
+                files.append(FileRecord(item.path, "unreadable", note=item.reason))
+            continue
+        rec, frame, file_warnings = _ingest_entry(item, options, overrides)
+        files.append(rec)
+        warnings.extend(file_warnings)
+        total += rec.bytes
+        if frame.height:
+            frames.append(frame)
+        if progress:
+            progress(item.path, rec.bytes)
+    events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+    return IngestResult(root=root, events=events, files=files, warnings=warnings, bytes_read=total)
+
+
+def _ingest_entry(
+    entry: Entry, options: ParseOptions, overrides: dict[str, str] | None
+) -> tuple[FileRecord, pl.DataFrame, list[str]]:
+    head, head_err = read_head(entry.stream)
+    stream = PeekStream(head, entry.stream)
+    rec = FileRecord(entry.path, "unrecognized")
+    info = FileInfo(
+        path=entry.path,
+        name=entry.name,
+        host_hint=host_hint_from_path(entry.path),
+        rank_hint=rank_hint_from_path(entry.path),
+    )
+    warnings: list[str] = []
+    if not head:
+        rec.note = "empty"
+        err = head_err or getattr(entry.stream, "error", None)
+        if err:
+            warnings.append(f"{entry.path}: {err}")
+        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+    binary = _looks_binary(head[:8192])
+    head_text, _ = decode(head[: len(head) - _partial_utf8_tail(head)])
+    forced = _override(entry.path, overrides)
+    if forced is not None:
+        winner, score, runner = forced, 1.0, None
+    else:
+        scores = sniff_scores(head_text, entry.name)
+        (score, winner), runner = scores[0], (scores[1] if len(scores) > 1 else None)
+        if runner and runner[0] > 0:
+            rec.runner_up, rec.runner_up_confidence = runner[1].name, round(runner[0], 3)
+            if score - runner[0] < NEAR_TIE and score > 0:
+                warnings.append(
+                    f"{entry.path}: sources {winner.name} ({score:.2f}) and {runner[1].name} ({runner[0]:.2f}) "
+                    f"both claim this file; read as {winner.name} (use --source to force)"
+                )
+    if score <= 0:
+        if binary:
+            rec.note = "binary"
+            warnings.append(f"{entry.path}: binary file that no source reads; skipped")
+        rec.bytes = len(head)
+        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+    rec.kind, rec.confidence = winner.name, round(score, 3)
+    if binary:
+        warnings.append(f"{entry.path}: contains binary data (NUL bytes); text parts were read")
+    try:
+        if isinstance(winner, FileSource):
+            frame, ctxs = _parse_whole(stream, winner, info, options, rec)
+        else:
+            frame, ctxs = _scan_lines(stream, info, options, rec)
+    except Exception as exc:  # noqa: BLE001 - a parser bug must cost one file, not the run
+        log.exception("parser failure on %s", entry.path)
+        warnings.append(f"{entry.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
+        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+    if stream.error:
+        warnings.append(f"{entry.path}: {stream.error}; read what was there")
+    for ctx in ctxs:
+        for w in ctx.warnings:
+            warnings.append(str(w))
+        if ctx.suppressed_warnings:
+            warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
+        rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
+    rec.events = frame.height
+    return rec, frame, warnings
+
+
+def _looks_binary(sample: bytes) -> bool:
+    """Control bytes (other than tab, newlines, form feed, backspace, ANSI escape) above 5%."""
+    if not sample:
+        return False
+    controls = len(sample) - len(sample.translate(None, _CONTROL))
+    return controls / len(sample) > BINARY_CONTROL_FRACTION
+
+
+def _override(path: str, overrides: dict[str, str] | None):  # type: ignore[no-untyped-def]
+    if not overrides:
+        return None
+    import fnmatch
+
+    from crashscope.sources import get_source
+
+    for glob, name in overrides.items():
+        if fnmatch.fnmatch(path, glob) or fnmatch.fnmatch(path.rsplit("/", 1)[-1], glob):
+            return get_source(name)
+    return None
+
+
+def _partial_utf8_tail(b: bytes) -> int:
+    """Bytes of a multi-byte character cut at the end of a block (0-3)."""
+    for i in range(1, min(4, len(b)) + 1):
+        c = b[-i]
+        if c & 0xC0 != 0x80:  # lead byte or ASCII
+            need = 1 if c < 0x80 else 2 if c >> 5 == 0b110 else 3 if c >> 4 == 0b1110 else 4 if c >> 3 == 0b11110 else 1
+            return i if need > i else 0
+    return 0
+
+
+def _parse_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
+    data = stream.read(src.max_bytes + 1) or b""
+    ctx = ParseContext(info, src.name, options)
+    if len(data) > src.max_bytes:
+        data = data[: src.max_bytes]
+        ctx.warn(f"larger than {src.max_bytes // (1024 * 1024)} MiB; only the beginning was read")
+    rec.bytes = len(data)
+    rec.lines = data.count(b"\n")
+    src.parse_file(data, ctx)
+    return ctx.frame(), [ctx]
+
+
+# One Rust regex for all line sources; per-source Python regexes split the hits.
+_COMBINED = "|".join(f"(?:{s.prefilter})" for s in LINE_SOURCES)
+_PER_SOURCE = [(s, regex.compile(s.prefilter)) for s in LINE_SOURCES]
+
+
+def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[str]) -> Iterable[tuple[int, bytes]]:
+    """Yield (first_line_number, block) where each block holds whole lines ending in \\n.
+
+    Lines longer than MAX_LINE_BYTES are cut (noted once per file).
+    """
+    carry = b""
+    lineno = 1
+    skipping = False
+    while True:
+        chunk = stream.read(BLOCK_BYTES)
+        if not chunk:
+            break
+        rec.bytes += len(chunk)
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                continue
+            chunk = chunk[nl + 1 :]
+            skipping = False
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) > MAX_LINE_BYTES:
+                notes.append(f"line {lineno} is longer than {MAX_LINE_BYTES // 1024} KiB; cut")
+                yield lineno, data[:MAX_LINE_BYTES] + b"\n"
+                lineno += 1
+                carry, skipping = b"", True
+            else:
+                carry = data
+            continue
+        block, carry = data[: cut + 1], data[cut + 1 :]
+        if len(carry) > MAX_LINE_BYTES:
+            notes.append(f"a line after line {lineno} is longer than {MAX_LINE_BYTES // 1024} KiB; cut")
+            carry, skipping = carry[:MAX_LINE_BYTES], True
+        n = block.count(b"\n")
+        yield lineno, block
+        lineno += n
+    if carry:
+        yield lineno, carry + b"\n"
+
+
+def _block_hits(block: bytes, first_line: int) -> tuple[list[int], list[str], int]:
+    """Line numbers and texts of the block's lines matching any prefilter."""
+    n_lines = block.count(b"\n")
+    try:
+        df = pl.read_csv(
+            io.BytesIO(block),
+            has_header=False,
+            separator="\x1f",
+            quote_char=None,
+            encoding="utf8-lossy",
+            truncate_ragged_lines=True,
+            new_columns=["l"],
+            schema_overrides={"l": pl.String},
+            infer_schema=False,
+            rechunk=False,
+        )
+        ok = df.height == n_lines
+    except Exception:  # noqa: BLE001 - fall back to Python splitting for odd bytes
+        ok = False
+    if not ok:
+        text = block.decode("utf-8", "replace").replace("\x1f", " ")
+        df = pl.DataFrame({"l": text.split("\n")[:n_lines]})
+    hit = df.with_row_index("n", offset=first_line).filter(pl.col("l").str.contains(_COMBINED))
+    return hit["n"].to_list(), [t.rstrip("\r") for t in hit["l"].fill_null("").to_list()], n_lines
+
+
+def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
+    numbers: list[int] = []
+    texts: list[str] = []
+    notes: list[str] = []
+    for first, block in iter_blocks(stream, rec, notes):
+        ns, ts, n = _block_hits(block, first)
+        numbers.extend(ns)
+        texts.extend(ts)
+        rec.lines += n
+    ctxs = []
+    frames = []
+    bad_utf8 = False
+    for src, rx in _PER_SOURCE:
+        mine = [(n, t) for n, t in zip(numbers, texts) if rx.search(t)]
+        if not mine:
+            continue
+        ctx = ParseContext(info, src.name, options)
+        src.parse_lines(mine, ctx)
+        ctxs.append(ctx)
+        frames.append(ctx.frame())
+        bad_utf8 = bad_utf8 or any("\ufffd" in t for _, t in mine)
+    if notes or bad_utf8:
+        ctx = ParseContext(info, rec.kind, options)
+        for note in notes:
+            ctx.warn(note)
+        if bad_utf8:
+            ctx.warn("bytes that are not UTF-8 were replaced")
+        ctxs.append(ctx)
+    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+    return frame, ctxs
