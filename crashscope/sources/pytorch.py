@@ -1,23 +1,839 @@
-"""PyTorch distributed: c10d watchdog/errors, desync, torchrun agent, ChildFailedError, tracebacks, CUDA OOM."""
+"""PyTorch distributed: c10d watchdog/errors, desync, torchrun agent, ChildFailedError, tracebacks, CUDA OOM.
+
+Sample lines (job stdout/stderr, possibly behind ``srun -l`` / torchrun ``[defaultN]:`` prefixes)::
+
+    [rank3]:[E0917 04:21:41.160918398 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation
+        timeout: WorkNCCL(SeqNum=5012, OpType=ALLREDUCE, NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000)
+        ran for 600047 milliseconds before timing out.
+
+``[rank3]:`` is the global rank (absent before ~2.3/2.4 and before init_process_group); ``E`` the
+severity; ``0917 04:21:41`` the rank's local time without year (some builds print the month
+unpadded: ``E318``); the 9-digit fraction is CLOCK_MONOTONIC ns, NOT wall-clock, so only the
+seconds are used. Older builds print ``[E ProcessGroupNCCL.cpp:475] `` (no time at all).
+Inside the message ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` / ``[PG 0 (default_pg) Rank 3]`` /
+``[PG 0 Rank 3]`` / ``[Rank 3]`` name the process group and the rank *within that PG*; it is used
+as the event rank only without a ``[rankN]:`` prefix and when the PG is id 0 / ``default_pg``.
+
+    W0917 04:31:44.718000 90211 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 90233 closing signal SIGTERM
+
+torchrun agent (glog-style, >=2.4; local time, ms; 90211 = agent pid). Also the 2.1-2.3
+``[2024-07-25 06:36:18,293] torch.distributed.elastic...: [WARNING] msg`` and <=2.0
+``WARNING:torch.distributed.elastic...:msg`` (no time) shapes.
+
+Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
+
+* collective_timeout: seq, op, numel_in, numel_out, timeout_ms, ran_ms, tensor_shape (<=1.12),
+  pg_id, pg_guid, pg_desc, pg_rank
+* watchdog_error: what (failure_detected | ops_failed | taking_down | watchdog_terminated |
+  nccl_error | terminate | stack_trace), seq, last_enqueued, last_completed, exception,
+  exception_type (terminate), nccl_result, nccl_version, nccl_enum, nccl_file, pg_*
+* heartbeat_timeout: what (heartbeat_monitor | watchdog_stuck | dump_signal), seconds,
+  last_enqueued, last_completed, pg_*
+* desync_report: reporting_rank, seq, op, lagging_ranks (never joined), joined_not_finished,
+  finished_not_joined, lag_seq
+* collective_mismatch: detail, ranks, seqs, ops
+* exception: type, text, frames_top ("file:line in func" of the innermost frame), frames,
+  chained (types of earlier exceptions in the chain), nccl_result, nccl_version
+* cuda_error: error;  cuda_oom: tried_bytes, device, free_bytes, total_bytes
+* version: component "nccl", version (from ``NCCL error ... NCCL version X``; once per file and rank)
+* signal: signal, pid, direction (sent|received), agent_pid
+* process_exit: exitcode, signal (when negative), local_rank, pid, binary, agent_pid
+* root_cause_report: root, time_text, host, rank, local_rank, exitcode, signal, pid, error_file,
+  traceback (first line), error (last exception line of a multi-line traceback), name
+* checkpoint (Megatron-LM): phase start|end, iteration, path, format
+* train_step (Megatron-LM): step, train_iters, step_ms
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-from crashscope.sources.base import LineSource, ParseContext
+import regex
+
+from crashscope.schema import Kind, Severity
+from crashscope.sources.base import LineSource, ParseContext, iso_to_ns, split_prefix
+
+# --- prefilter -----------------------------------------------------------------------------
+# Every line a block needs must be selected here. Literal-heavy; valid Rust and Python regex.
+_PREFILTER_PARTS = (
+    r"Watchdog caught collective operation timeout",
+    r"failure detected by watchdog",
+    r"Some NCCL operations have failed",
+    r"To avoid data inconsistency",
+    r"watchdog thread terminated with exception",
+    r"NCCL error",
+    r"terminate called after throwing",
+    r"what\(\): ",
+    r"Heartbeat monitor timed out",
+    r"watchdog got stuck for",
+    r"Received a dump signal",
+    r"Stack trace of the failed collective",
+    r"Timeout at collective: ",
+    r"To our best knowledge",
+    r"joined but didn't finish collective",
+    r"but didn't join collective",
+    r"Detected mismatch between collectives",
+    r"Traceback \(most recent call last\)",
+    r"File \"[^\"]*\", line \d",
+    r"above exception",
+    r"(?:Error|Exception|Interrupt|SystemExit)(?::|\s*$)",
+    r"CUDA error: ",
+    r"CUDA out of memory",
+    r"closing signal SIG",
+    r"death signal, shutting down workers",
+    r"failed \(exitcode: ",
+    r"Root Cause \(first observed failure\)",
+    r"Failures:",
+    r"NO_OTHER_FAILURES",
+    r"\[\d+\]:\s*$",
+    r"(?:time      |host      |rank      |exitcode  |error_file|traceback ): ",
+    r"={30}",
+    r"saving checkpoint at iteration",
+    r"saved checkpoint from iteration",
+    r"elapsed time per iteration \(ms\)",
+)
+
+# --- line shapes ---------------------------------------------------------------------------
+_C10 = regex.compile(
+    r"""^\[(?P<sev>[FEWIV])
+        (?:(?P<md>\d{3,4})\ (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9}\ +|\ )   # time (month may be unpadded) or old " "
+        (?P<file>[^:\]\s]+):(?P<line>\d+)\]\ ?(?P<msg>.*)$""",
+    regex.VERBOSE,
+)
+# glog / torch._logging: torchrun agent >=2.4, glog-built libtorch
+_GLOG = regex.compile(
+    r"""^(?P<sev>[DIWEFC])(?P<md>\d{4})\ (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6})\ +(?P<pid>\d+)\ 
+        (?P<path>[^\s:\]]+):(?P<line>\d+)\]\ (?P<msg>.*)$""",
+    regex.VERBOSE,
+)
+# python logging, torch 2.1-2.3 elastic: [2024-07-25 06:36:18,293] torch.distributed...: [WARNING] msg
+_PYLOG_TS = regex.compile(
+    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] (?P<name>torch\.[\w.]+): \[(?P<lvl>[A-Z]+)\] (?P<msg>.*)$"
+)
+# python logging.basicConfig default, torch <=2.0: WARNING:torch.distributed...:msg
+_PYLOG_BASIC = regex.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>torch\.[\w.]+):(?P<msg>.*)$")
+
+_PG_PREFIX = regex.compile(
+    r"""\[(?:PG\ ID\ (?P<id>\d+)\ PG\ GUID\ (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))?\ |   # >=2.4
+           PG\ (?P<id2>\d+)\ (?:\((?P<desc2>[^)]*)\)\ )?)?                                    # ~2.3
+        Rank\ (?P<rank>\d+)\]""",
+    regex.VERBOSE,
+)
+_WORK = regex.compile(
+    r"""WorkNCCL\((?:SeqNum=(?P<seq>\d+),\ )?OpType=(?P<op>\w+)
+        (?:,\ NumelIn=(?P<nin>-?\d+),\ NumelOut=(?P<nout>-?\d+))?
+        (?:,\ TensorShape=\[(?P<shape>[^\]]*)\])?
+        (?:,\ Timeout\(ms\)=(?P<tmo>\d+))?\)
+        (?:\ ran\ for\ (?P<ran>\d+)\ milliseconds)?""",
+    regex.VERBOSE,
+)
+_FAILURE_DETECTED = regex.compile(
+    r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+)\s+PG status: "
+    r"last enqueued work: (?P<enq>-?\d+), last completed work: (?P<comp>-?\d+)"
+)
+_NCCL_ERR = regex.compile(
+    r"""NCCL\ error(?:\ in:\ (?P<file>[^\s,]+?):(?P<line>\d+),\ |:\ )
+        (?P<result>.*?),\ NCCL\ version\ (?P<ver>\d+\.\d+\.\d+[\w.+-]*)""",
+    regex.VERBOSE,
+)
+_NCCL_ENUM = regex.compile(r"^(?P<enum>nccl[A-Z]\w*): (?P<desc>.*)$")
+_STUCK = regex.compile(r"watchdog got stuck for (?P<sec>\d+) seconds")
+_DUMP_SIGNAL = regex.compile(r"Last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<comp>-?\d+)")
+_TERMINATE = regex.compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'")
+_WHAT = regex.compile(r"^\s*what\(\):\s+(?P<what>.*)$")
+
+_DESYNC_TIMEOUT = regex.compile(r"^\s*- \[(?P<rank>\d+)\] Timeout at collective: (?P<op>[^,]*), #(?P<seq>\d+)")
+_DESYNC_MISSING = regex.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
+_DESYNC_JOINED = regex.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
+_DESYNC_FINISHED = regex.compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>\d+), but didn't join collective #(?P<next>\d+)")
+_DESYNC_HEADER = regex.compile(r"^\s*- To our best knowledge, the lagging/dead/mismatched ranks")
+
+_MISMATCH = regex.compile(r"Detected mismatch between collectives on ranks")
+_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?P<fp>CollectiveFingerPrint\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\))?")
+_FP_SEQ = regex.compile(r"SequenceNumber=(?P<seq>\d+)")
+_FP_OP = regex.compile(r"OpType=(?P<op>\w+)")
+
+_TB_START = regex.compile(r"^Traceback \(most recent call last\):\s*$")
+_TB_FRAME = regex.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
+_TB_CHAIN = regex.compile(r"^(?:During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)\s*$")
+_EXC_LINE = regex.compile(
+    r"""^(?P<type>(?:[A-Za-z_]\w*\.)*
+          (?:[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failure|Timeout)|KeyboardInterrupt|SystemExit|StopIteration))
+        (?::\ ?(?P<text>.*?)|)\s*$""",
+    regex.VERBOSE,
+)
+# exception types worth an event even when no traceback header was seen (torch raises them re-printed)
+_STANDALONE_EXC = regex.compile(r"(?:^|\.)(?:Dist\w*Error|ChildFailedError|OutOfMemoryError)$")
+
+_CUDA_ERROR = regex.compile(r"CUDA error: (?P<error>.+?)\s*$")
+_OOM = regex.compile(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ ?[KMGTP]?i?B)")
+_OOM_NEW = regex.compile(r"GPU (?P<dev>\d+) has a total capa\w* of (?P<total>[\d.]+ ?[KMGTP]?i?B) of which (?P<free>[\d.]+ ?[KMGTP]?i?B) is free")
+_OOM_OLD = regex.compile(r"\(GPU (?P<dev>\d+); (?P<total>[\d.]+ ?[KMGTP]?i?B) total capacity;.*?(?P<free>[\d.]+ ?[KMGTP]?i?B) free")
+_SIZE = regex.compile(r"(?P<num>[\d.]+) ?(?P<unit>[KMGTP]?)(?P<i>i?)B")
+
+_AGENT_CLOSING = regex.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_AGENT_FAILED = regex.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of (?:binary: |fn: )?(?P<bin>.*?)\s*$"
+)
+_AGENT_DEATH = regex.compile(r"Received (?:Signals\.)?(?P<sig>SIG\w+) death signal, shutting down workers")
+
+_RC_ROOT = regex.compile(r"^Root Cause \(first observed failure\):\s*$")
+_RC_FAILURES = regex.compile(r"^Failures:\s*$")
+_RC_NONE = regex.compile(r"^\s+<NO_OTHER_FAILURES>\s*$")
+_RC_IDX = regex.compile(r"^\[(?P<idx>\d+)\]:\s*$")
+_RC_FIELD = regex.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<val>.*?)\s*$")
+_RC_BORDER = regex.compile(r"^={20,}\s*$")
+_RC_RANK = regex.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
+_RC_EXIT = regex.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
+
+_MEG_SAVE = regex.compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<fmt>\S+) format)?")
+_MEG_SAVED = regex.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d+) to (?P<path>\S+)")
+_MEG_ITER = regex.compile(
+    r"""^\s*(?:\[(?P<ts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\]\s*)?     # newer Megatron: local wall time
+        iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|
+        .*?elapsed\ time\ per\ iteration\ \(ms\):\ (?P<ms>[\d.]+)""",
+    regex.VERBOSE,
+)
+
+_SEV = {"F": Severity.CRITICAL, "C": Severity.CRITICAL, "E": Severity.ERROR, "W": Severity.WARNING,
+        "I": Severity.INFO, "V": Severity.DEBUG, "D": Severity.DEBUG}
+_LVL = {"DEBUG": Severity.DEBUG, "INFO": Severity.INFO, "WARNING": Severity.WARNING, "ERROR": Severity.ERROR,
+        "CRITICAL": Severity.CRITICAL}
+
+_MAX_TB_GAP = 400  # lines between two lines of one traceback (other ranks interleave)
+_PID_MAX = 4_194_304  # torch<=2.3 glog field is a thread id, not a pid
+
+
+def _ranks(text: str) -> list[int]:
+    return [int(x) for x in regex.findall(r"\d+", text)]
+
+
+def _size_bytes(text: str | None) -> int | None:
+    if not text:
+        return None
+    m = _SIZE.search(text)
+    if not m:
+        return None
+    mult = {"": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}[m.group("unit")]
+    base = 1024 if m.group("i") or m.group("unit") else 1000
+    try:
+        # decimal arithmetic via string split keeps integer bytes exact for printed values
+        whole, _, frac = m.group("num").partition(".")
+        num = int(whole or 0) * 10 ** len(frac) + int(frac or 0)
+        return num * base**mult // 10 ** len(frac)
+    except ValueError:
+        return None
+
+
+def _signame(code: int) -> str | None:
+    if code >= 0:
+        return None
+    try:
+        return _signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Ev:
+    kind: Kind
+    line: int
+    message: str
+    severity: Severity
+    attrs: dict[str, Any]
+    time: int | None = None
+    tq: Any = None
+    host: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+    gpu_index: int | None = None
+
+
+@dataclass
+class _Tb:
+    """An open Python traceback for one launcher prefix."""
+
+    start: int
+    last: int
+    frames: list[str] = field(default_factory=list)
+    chained: list[str] = field(default_factory=list)
+    exc: _Ev | None = None  # set when the exception line was seen; emitted unless a chain follows
+    awaiting_chain: bool = False
+
+
+@dataclass
+class _Rc:
+    """An open ChildFailedError block."""
+
+    last: int
+    root: bool = False
+    entry: dict[str, Any] | None = None
+    entry_line: int = 0
+    in_tb: bool = False
+
+
+@dataclass
+class _Desync:
+    line: int
+    last: int
+    attrs: dict[str, Any]
+    rank: int | None
+    time: int | None
+    tq: Any
+    local_rank: int | None
 
 
 class PytorchSource(LineSource):
     name = "pytorch"
     description = "PyTorch distributed: c10d watchdog/errors, desync, torchrun agent, ChildFailedError, tracebacks, CUDA OOM"
+    filename_hints = ("*.out", "*.err", "*.log")
 
-    prefilter = r"[^\s\S]"  # matches nothing until implemented
+    prefilter = "|".join(f"(?:{p})" for p in _PREFILTER_PARTS)
 
     def sniff(self, head: str, name: str) -> float:
+        strong = ("ProcessGroupNCCL.cpp:", "Watchdog caught collective operation timeout",
+                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+                  "Root Cause (first observed failure)", "torch/distributed/elastic/")
+        if any(s in head for s in strong):
+            return 0.9
+        medium = ("torch.distributed", "[rank0]:", "torch.OutOfMemoryError", "CUDA out of memory")
+        if any(s in head for s in medium):
+            return 0.6
+        if "Traceback (most recent call last):" in head and "torch" in head:
+            return 0.4
         return 0.0
 
+    # -------------------------------------------------------------------------------------
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
-        return None
+        p = _Parser(ctx)
+        for n, raw in lines:
+            try:
+                p.line(n, raw)
+            except Exception as e:  # never let one odd line stop the file
+                ctx.warn(f"pytorch: unparsed line ({type(e).__name__})", n, raw)
+        try:
+            p.finish()
+        except Exception as e:
+            ctx.warn(f"pytorch: flush failed ({type(e).__name__})", None, "")
+        for ev in sorted(p.events, key=lambda e: e.line):
+            ctx.emit(ev.kind, ev.line, ev.message, severity=ev.severity, time=ev.time, time_quality=ev.tq,
+                     host=ev.host, rank=ev.rank, local_rank=ev.local_rank, pid=ev.pid, gpu_index=ev.gpu_index,
+                     attrs=ev.attrs or None)
+
+
+class _Parser:
+    def __init__(self, ctx: ParseContext):
+        self.ctx = ctx
+        self.events: list[_Ev] = []
+        self.tb: dict[tuple, _Tb] = {}
+        self.rc: dict[tuple, _Rc] = {}
+        self.desync: _Desync | None = None
+        self.last_ev_for_line: dict[int, _Ev] = {}  # event a following continuation line may enrich
+        self.prev_n = -10
+        self.versions: set[tuple] = set()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def add(self, ev: _Ev) -> _Ev:
+        self.events.append(ev)
+        self.last_ev_for_line[ev.line] = ev
+        return ev
+
+    def yearless(self, md: str, hms: str, ns: int = 0) -> tuple[int | None, Any]:
+        month, day = int(md[:-2]), int(md[-2:])
+        hh, mm, ss = (int(x) for x in hms.split(":"))
+        t = self.ctx.yearless_ns(month, day, hh, mm, ss, ns)
+        return t, (self.ctx.local_quality() if t is not None else None)
+
+    # -- main dispatch -----------------------------------------------------------------------
+    def line(self, n: int, raw: str) -> None:
+        prefix, text = split_prefix(raw)
+        text = text.rstrip("\r\n")
+        key = (prefix.task, prefix.local_rank, prefix.rank)
+        prev_n, self.prev_n = self.prev_n, n
+
+        # continuation of a multi-line NCCL error message ("ncclSystemError: ...")
+        m = _NCCL_ENUM.match(text.strip())
+        if m and n - 1 == prev_n:
+            targets = [ev for ev in self.events if ev.line == n - 1 and "nccl_result" in ev.attrs]
+            tb = self.tb.get(key)
+            if tb is not None and tb.exc is not None and tb.exc.line == n - 1 and "nccl_result" in tb.exc.attrs:
+                targets.append(tb.exc)
+                tb.last = n
+            if targets:
+                for ev in targets:
+                    ev.attrs["nccl_enum"] = m.group("enum")
+                return
+
+        if self.desync is not None:
+            if self._desync_line(n, text):
+                return
+            self._flush_desync()
+
+        if self._rc_line(n, key, text, prefix):
+            return
+        if self._tb_line(n, key, text, prefix):
+            return
+        self._message_line(n, text, prefix)
+
+    def finish(self) -> None:
+        self._flush_desync()
+        for key in list(self.tb):
+            self._close_tb(key, truncated=True)
+        for key in list(self.rc):
+            self._close_rc(key)
+
+    # -- c10 / glog / python-logging prefixed and bare messages --------------------------------
+    def _message_line(self, n: int, text: str, prefix) -> None:
+        rank, local_rank = prefix.rank, prefix.local_rank
+        time = tq = None
+        sev = None
+        pid = None
+        msg = text
+        if m := _C10.match(text):
+            msg, sev = m.group("msg"), _SEV[m.group("sev")]
+            if m.group("md"):
+                time, tq = self.yearless(m.group("md"), m.group("hms"))
+        elif m := _GLOG.match(text):
+            msg, sev = m.group("msg"), _SEV[m.group("sev")]
+            time, tq = self.yearless(m.group("md"), m.group("hms"), int(m.group("us")) * 1000)
+            pid = int(m.group("pid"))
+            if pid > _PID_MAX:
+                pid = None
+        elif m := _PYLOG_TS.match(text):
+            msg, sev = m.group("msg"), _LVL.get(m.group("lvl"), Severity.INFO)
+            time, tq = iso_to_ns(m.group("ts"), self.ctx)
+        elif m := _PYLOG_BASIC.match(text):
+            msg, sev = m.group("msg"), _LVL.get(m.group("lvl"), Severity.INFO)
+
+        pg: dict[str, Any] = {}
+        if pm := _PG_PREFIX.search(msg):
+            pg_id = pm.group("id") or pm.group("id2")
+            desc = pm.group("desc") if pm.group("desc") is not None else pm.group("desc2")
+            pg["pg_rank"] = int(pm.group("rank"))
+            if pg_id is not None:
+                pg["pg_id"] = int(pg_id)
+            if pm.group("guid"):
+                pg["pg_guid"] = pm.group("guid")
+            if desc:
+                pg["pg_desc"] = desc
+            if rank is None and (pg.get("pg_id") == 0 or desc == "default_pg"):
+                rank = pg["pg_rank"]
+
+        base = dict(line=n, time=time, tq=tq, rank=rank, local_rank=local_rank)
+        short = msg.strip()
+
+        # bare exception lines (no traceback header seen for this prefix); the c10 line is the
+        # canonical watchdog record, so its re-raised text is not parsed again as a timeout
+        if sev is None and (em := _EXC_LINE.match(text)):
+            self._exception_specials(n, em.group("type"), em.group("text") or "", base)
+            if _STANDALONE_EXC.search(em.group("type")):
+                attrs = {"type": em.group("type"), "text": em.group("text") or ""}
+                if wm := _WORK.search(attrs["text"]):
+                    attrs.update(self._work_attrs(wm))
+                self._nccl_attrs(attrs["text"], attrs, base)
+                self.add(_Ev(Kind.EXCEPTION, message=short, severity=Severity.ERROR, attrs=attrs, **base))
+            return
+
+        # watchdog / c10d catalogue
+        if "Watchdog caught collective operation timeout" in msg:
+            attrs = dict(pg)
+            if wm := _WORK.search(msg):
+                attrs.update(self._work_attrs(wm))
+            else:
+                self.ctx.warn("pytorch: collective timeout without WorkNCCL(...)", n, text)
+            # the same text is also the watchdog exception / DistBackendError text
+            if "terminated with exception" in msg:
+                attrs["what"] = "watchdog_terminated"
+            self.add(_Ev(Kind.COLLECTIVE_TIMEOUT, message=short, severity=sev or Severity.ERROR, attrs=attrs, **base))
+            return
+        if fm := _FAILURE_DETECTED.search(msg):
+            attrs = dict(pg, what="failure_detected", seq=int(fm.group("seq")),
+                         last_enqueued=int(fm.group("enq")), last_completed=int(fm.group("comp")))
+            self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=sev or Severity.ERROR, attrs=attrs, **base))
+            return
+        if "Heartbeat monitor timed out" in msg or "watchdog got stuck for" in msg or "Received a dump signal" in msg:
+            attrs = dict(pg)
+            if sm := _STUCK.search(msg):
+                attrs.update(what="watchdog_stuck", seconds=int(sm.group("sec")))
+            elif "Heartbeat monitor timed out" in msg:
+                attrs["what"] = "heartbeat_monitor"
+            else:
+                attrs["what"] = "dump_signal"
+            if dm := _DUMP_SIGNAL.search(msg):
+                attrs.update(last_enqueued=int(dm.group("enq")), last_completed=int(dm.group("comp")))
+            self.add(_Ev(Kind.HEARTBEAT_TIMEOUT, message=short, severity=sev or Severity.ERROR, attrs=attrs, **base))
+            return
+        if _MISMATCH.search(msg) and not _EXC_LINE.match(msg):
+            self._mismatch(n, msg, base, sev)
+            return
+        if dm := _DESYNC_TIMEOUT.match(msg):
+            self._start_desync(n, dm, base)
+            return
+
+        watch = None
+        if "Some NCCL operations have failed" in msg:
+            watch = "ops_failed"
+        elif "To avoid data inconsistency" in msg:
+            watch = "taking_down"
+        elif "watchdog thread terminated with exception" in msg:
+            watch = "watchdog_terminated"
+        elif "Stack trace of the failed collective" in msg:
+            watch = "stack_trace"
+        if watch is not None or (_NCCL_ERR.search(msg) and (sev is not None or msg.startswith("NCCL error"))):
+            attrs = dict(pg, what=watch or "nccl_error")
+            if watch == "watchdog_terminated":
+                attrs["exception"] = msg.split("terminated with exception:", 1)[1].strip()
+            self._nccl_attrs(msg, attrs, base)
+            severity = Severity.CRITICAL if watch == "taking_down" else (sev or Severity.ERROR)
+            if watch == "stack_trace":
+                severity = sev or Severity.INFO
+            self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=severity, attrs=attrs, **base))
+            self._cuda_error(n, msg, base)
+            return
+
+        if tm := _TERMINATE.match(short):
+            self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=Severity.CRITICAL,
+                         attrs={"what": "terminate", "exception_type": tm.group("type")}, **base))
+            return
+        if wm := _WHAT.match(text):
+            what = wm.group("what")
+            prev = self.last_ev_for_line.get(n - 1)
+            if prev is not None and prev.attrs.get("what") == "terminate":
+                prev.attrs["exception"] = what
+                if pm := _PG_PREFIX.search(what):
+                    prev.attrs.setdefault("pg_rank", int(pm.group("rank")))
+                if ww := _WORK.search(what):
+                    prev.attrs.update(self._work_attrs(ww))
+                self._nccl_attrs(what, prev.attrs, base)
+            self._cuda_error(n, what, base)
+            return
+
+        # torchrun agent
+        if am := _AGENT_CLOSING.search(msg):
+            apid = pid
+            self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=int(am.group("pid")),
+                         attrs={"signal": am.group("sig"), "pid": int(am.group("pid")), "direction": "sent",
+                                **({"agent_pid": apid} if apid else {})}, **base))
+            return
+        if am := _AGENT_FAILED.search(msg):
+            code = int(am.group("code"))
+            attrs = {"exitcode": code, "local_rank": int(am.group("lr")), "pid": int(am.group("pid")),
+                     "binary": am.group("bin")}
+            if sig := _signame(code):
+                attrs["signal"] = sig
+            if pid:
+                attrs["agent_pid"] = pid
+            b = dict(base, local_rank=int(am.group("lr")))
+            self.add(_Ev(Kind.PROCESS_EXIT, message=short, severity=Severity.ERROR if code else Severity.INFO,
+                         pid=int(am.group("pid")), attrs=attrs, **b))
+            return
+        if am := _AGENT_DEATH.search(msg):
+            attrs = {"signal": am.group("sig"), "direction": "received"}
+            if pid:
+                attrs["agent_pid"] = pid
+            self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=pid, attrs=attrs, **base))
+            return
+
+        # app lines (Megatron-LM)
+        if mm := _MEG_SAVED.search(msg):
+            self.add(_Ev(Kind.CHECKPOINT, message=short, severity=Severity.INFO,
+                         attrs={"phase": "end", "iteration": int(mm.group("it")), "path": mm.group("path")}, **base))
+            return
+        if mm := _MEG_SAVE.search(msg):
+            attrs = {"phase": "start", "iteration": int(mm.group("it")), "path": mm.group("path")}
+            if mm.group("fmt"):
+                attrs["format"] = mm.group("fmt")
+            self.add(_Ev(Kind.CHECKPOINT, message=short, severity=Severity.INFO, attrs=attrs, **base))
+            return
+        if mm := _MEG_ITER.match(msg):
+            b = dict(base)
+            if mm.group("ts") and b["time"] is None:
+                b["time"], b["tq"] = iso_to_ns(mm.group("ts"), self.ctx)
+            self.add(_Ev(Kind.TRAIN_STEP, message=short, severity=Severity.INFO,
+                         attrs={"step": int(mm.group("it")), "train_iters": int(mm.group("total")),
+                                "step_ms": float(mm.group("ms"))}, **b))
+            return
+
+        if "CUDA error: " in msg:
+            self._cuda_error(n, msg, base)
+        elif "CUDA out of memory" in msg:
+            self._oom(n, msg, base)
+
+    # -- helpers for kinds -------------------------------------------------------------------
+    @staticmethod
+    def _work_attrs(wm) -> dict[str, Any]:
+        a: dict[str, Any] = {"op": wm.group("op")}
+        for k, g in (("seq", "seq"), ("numel_in", "nin"), ("numel_out", "nout"), ("timeout_ms", "tmo"), ("ran_ms", "ran")):
+            if wm.group(g) is not None:
+                a[k] = int(wm.group(g))
+        if wm.group("shape") is not None:
+            a["tensor_shape"] = wm.group("shape")
+        return a
+
+    def _nccl_attrs(self, msg: str, attrs: dict[str, Any], base: dict[str, Any]) -> None:
+        nm = _NCCL_ERR.search(msg)
+        if not nm:
+            return
+        attrs["nccl_result"] = nm.group("result")
+        attrs["nccl_version"] = nm.group("ver")
+        if nm.group("file"):
+            attrs["nccl_file"] = nm.group("file").rsplit("/", 1)[-1]
+        if em := _NCCL_ENUM.search(msg.split(nm.group(0), 1)[-1].strip()):
+            attrs["nccl_enum"] = em.group("enum")
+        vkey = (nm.group("ver"), base.get("rank"), base.get("local_rank"))
+        if vkey not in self.versions:
+            self.versions.add(vkey)
+            self.add(_Ev(Kind.VERSION, message=f"NCCL version {nm.group('ver')}", severity=Severity.INFO,
+                         attrs={"component": "nccl", "version": nm.group("ver")}, **base))
+
+    def _cuda_error(self, n: int, msg: str, base: dict[str, Any]) -> None:
+        if cm := _CUDA_ERROR.search(msg):
+            self.add(_Ev(Kind.CUDA_ERROR, message=msg.strip(), severity=Severity.ERROR,
+                         attrs={"error": cm.group("error")}, **base))
+
+    def _oom(self, n: int, msg: str, base: dict[str, Any]) -> None:
+        om = _OOM.search(msg)
+        if not om:
+            self.ctx.warn("pytorch: CUDA OOM line without 'Tried to allocate'", n, msg)
+            return
+        attrs: dict[str, Any] = {"tried_bytes": _size_bytes(om.group("tried"))}
+        dev = None
+        if dm := (_OOM_NEW.search(msg) or _OOM_OLD.search(msg)):
+            dev = int(dm.group("dev"))
+            attrs.update(device=dev, total_bytes=_size_bytes(dm.group("total")), free_bytes=_size_bytes(dm.group("free")))
+        self.add(_Ev(Kind.CUDA_OOM, message=msg.strip(), severity=Severity.ERROR, attrs=attrs, gpu_index=dev, **base))
+
+    def _exception_specials(self, n: int, typ: str, text: str, base: dict[str, Any]) -> None:
+        line = f"{typ}: {text}"
+        if "CUDA out of memory" in text:
+            self._oom(n, line, base)
+        elif "CUDA error: " in text:
+            self._cuda_error(n, line, base)
+        if _MISMATCH.search(text):
+            self._mismatch(n, text, base, Severity.ERROR)
+
+    def _mismatch(self, n: int, msg: str, base: dict[str, Any], sev) -> None:
+        ranks, seqs, ops = [], [], []
+        for rm in _MISMATCH_RANK.finditer(msg):
+            ranks.append(int(rm.group("rank")))
+            body = rm.group("body") or ""
+            if sm := _FP_SEQ.search(body):
+                seqs.append(int(sm.group("seq")))
+            if om := _FP_OP.search(body):
+                ops.append(om.group("op"))
+        detail = msg.split("Collectives differ in the following aspects:", 1)
+        attrs: dict[str, Any] = {"detail": (detail[1] if len(detail) > 1 else msg).strip(), "ranks": ranks}
+        if seqs:
+            attrs["seqs"] = seqs
+        if ops:
+            attrs["ops"] = ops
+        self.add(_Ev(Kind.COLLECTIVE_MISMATCH, message=msg.strip(), severity=sev or Severity.ERROR, attrs=attrs, **base))
+
+    # -- desync report (multi-line, continuation lines are adjacent) ---------------------------
+    def _start_desync(self, n: int, dm, base: dict[str, Any]) -> None:
+        self._flush_desync()
+        attrs = {"reporting_rank": int(dm.group("rank")), "op": dm.group("op"), "seq": int(dm.group("seq")),
+                 "lagging_ranks": [], "joined_not_finished": [], "finished_not_joined": []}
+        rank, time, tq, lr = base["rank"], base["time"], base["tq"], base["local_rank"]
+        # continuation of the c10 timeout line just above: inherit its rank and time
+        if (prev := self.last_ev_for_line.get(n - 1)) is not None and prev.kind == Kind.COLLECTIVE_TIMEOUT:
+            rank = rank if rank is not None else prev.rank
+            time, tq = (time, tq) if time is not None else (prev.time, prev.tq)
+            lr = lr if lr is not None else prev.local_rank
+        self.desync = _Desync(n, n, attrs, rank, time, tq, lr)
+
+    def _desync_line(self, n: int, text: str) -> bool:
+        d = self.desync
+        assert d is not None
+        if n != d.last + 1:
+            return False
+        if m := _DESYNC_MISSING.search(text):
+            d.attrs["lagging_ranks"] = _ranks(m.group("ranks"))
+        elif m := _DESYNC_JOINED.search(text):
+            d.attrs["joined_not_finished"] = _ranks(m.group("ranks"))
+            d.attrs["lag_seq"] = int(m.group("seq"))
+        elif m := _DESYNC_FINISHED.search(text):
+            d.attrs["finished_not_joined"] = _ranks(m.group("ranks"))
+            d.attrs["lag_seq"] = int(m.group("seq"))
+        elif not _DESYNC_HEADER.match(text):
+            return False
+        d.last = n
+        return True
+
+    def _flush_desync(self) -> None:
+        d, self.desync = self.desync, None
+        if d is None:
+            return
+        a = d.attrs
+        culprits = a["lagging_ranks"] or a["joined_not_finished"]
+        msg = f"desync report: timeout at collective {a['op']} #{a['seq']}; lagging ranks {culprits}"
+        self.add(_Ev(Kind.DESYNC_REPORT, line=d.line, message=msg, severity=Severity.ERROR, attrs=a,
+                     time=d.time, tq=d.tq, rank=d.rank, local_rank=d.local_rank))
+
+    # -- python tracebacks -----------------------------------------------------------------
+    def _tb_line(self, n: int, key: tuple, text: str, prefix) -> bool:
+        tb = self.tb.get(key)
+        if tb is not None and n - tb.last > _MAX_TB_GAP:
+            self._close_tb(key, truncated=tb.exc is None)
+            tb = None
+        if _TB_START.match(text):
+            if tb is not None and tb.awaiting_chain:
+                tb.awaiting_chain = False
+                tb.frames = []
+                tb.last = n
+                return True
+            if tb is not None:
+                self._close_tb(key, truncated=tb.exc is None)
+            self.tb[key] = _Tb(start=n, last=n)
+            return True
+        if tb is None:
+            return False
+        if tb.exc is not None:
+            if _TB_CHAIN.match(text):
+                tb.chained.append(tb.exc.attrs["type"])
+                tb.exc = None
+                tb.awaiting_chain = True
+                tb.last = n
+                return True
+            self._close_tb(key)
+            return False
+        if tb.awaiting_chain:
+            self._close_tb(key, truncated=True)
+            return False
+        if fm := _TB_FRAME.match(text):
+            f = f"{fm.group('file')}:{fm.group('line')}"
+            if fm.group("func"):
+                f += f" in {fm.group('func')}"
+            tb.frames.append(f)
+            tb.last = n
+            return True
+        if em := _EXC_LINE.match(text):
+            typ, etext = em.group("type"), em.group("text") or ""
+            rank, lr = prefix.rank, prefix.local_rank
+            attrs: dict[str, Any] = {"type": typ, "text": etext}
+            if tb.frames:
+                attrs["frames_top"] = tb.frames[-1]
+                attrs["frames"] = len(tb.frames)
+            if tb.chained:
+                attrs["chained"] = list(tb.chained)
+            base = dict(line=n, time=None, tq=None, rank=rank, local_rank=lr)
+            if (pm := _PG_PREFIX.search(etext)) and rank is None:
+                pg_id = pm.group("id") or pm.group("id2")
+                if pg_id == "0" or "(default_pg)" in pm.group(0):
+                    base["rank"] = int(pm.group("rank"))
+            if wm := _WORK.search(etext):
+                attrs.update(self._work_attrs(wm))
+            self._nccl_attrs(etext, attrs, base)
+            tb.exc = _Ev(Kind.EXCEPTION, message=text.strip(), severity=Severity.ERROR, attrs=attrs, **base)
+            tb.last = n
+            self._exception_specials(n, typ, etext, base)
+            return True
+        return False  # some other line (a c10 log, a desync line) in the middle; keep the block open
+
+    def _close_tb(self, key: tuple, truncated: bool = False) -> None:
+        tb = self.tb.pop(key, None)
+        if tb is None:
+            return
+        if tb.exc is not None:
+            self.add(tb.exc)
+        elif truncated:
+            self.ctx.warn("pytorch: traceback without a final exception line (truncated?)", tb.start, "")
+
+    # -- ChildFailedError summary ------------------------------------------------------------
+    def _rc_line(self, n: int, key: tuple, text: str, prefix) -> bool:
+        rc = self.rc.get(key)
+        if rc is not None and n - rc.last > 50:
+            self._close_rc(key)
+            rc = None
+        if _RC_FAILURES.match(text) or _RC_ROOT.match(text):
+            if rc is None:
+                rc = self.rc[key] = _Rc(last=n)
+                # the ChildFailedError traceback line before us is done
+                if key in self.tb:
+                    self._close_tb(key)
+            else:
+                self._close_entry(rc, prefix)
+            rc.root = bool(_RC_ROOT.match(text))
+            rc.last = n
+            return True
+        if rc is None:
+            return False
+        rc.last = n
+        if _RC_NONE.match(text):
+            return True
+        if m := _RC_IDX.match(text):
+            self._close_entry(rc, prefix)
+            rc.entry = {"root": rc.root, "idx": int(m.group("idx"))}
+            rc.entry_line = n
+            return True
+        if _RC_BORDER.match(text):
+            self._close_rc(key)
+            return True
+        if rc.entry is None:
+            return False
+        if m := _RC_FIELD.match(text):
+            k, v = m.group("key"), m.group("val")
+            e = rc.entry
+            rc.in_tb = False
+            if k == "time":
+                e["time_text"] = v
+            elif k == "host":
+                e["host"] = v
+            elif k == "rank":
+                if rm := _RC_RANK.match(v):
+                    e["rank"], e["local_rank"] = int(rm.group("rank")), int(rm.group("lr"))
+                else:
+                    self.ctx.warn("pytorch: ChildFailedError rank field unparsed", n, text)
+            elif k == "exitcode":
+                if xm := _RC_EXIT.match(v):
+                    e["exitcode"], e["pid"] = int(xm.group("code")), int(xm.group("pid"))
+                    if sig := _signame(e["exitcode"]):
+                        e["signal"] = sig
+                else:
+                    self.ctx.warn("pytorch: ChildFailedError exitcode field unparsed", n, text)
+            elif k == "error_file":
+                e["error_file"] = None if v == "<N/A>" else v
+            elif k == "traceback":
+                e["traceback"] = v
+                rc.in_tb = v.startswith("Traceback")
+            return True
+        if rc.in_tb and text.startswith("  "):
+            # py_callstack indented by two: frames and the final exception line
+            inner = text[2:]
+            if em := _EXC_LINE.match(inner):
+                rc.entry["error"] = inner.strip()
+                self._exception_specials(n, em.group("type"), em.group("text") or "",
+                                         dict(line=n, time=None, tq=None, rank=rc.entry.get("rank"),
+                                              local_rank=rc.entry.get("local_rank")))
+            return True
+        return False
+
+    def _close_entry(self, rc: _Rc, prefix) -> None:
+        e, rc.entry = rc.entry, None
+        if e is None:
+            return
+        time = tq = None
+        if e.get("time_text"):
+            time, tq = iso_to_ns(e["time_text"], self.ctx)
+            if time is None:
+                self.ctx.warn("pytorch: ChildFailedError time unparsed", rc.entry_line, e["time_text"])
+        host = e.get("host")
+        attrs = dict(e)
+        if host:
+            attrs["host"] = host.split(".", 1)[0] if not regex.fullmatch(r"[\d.]+", host) else host
+        label = "root cause" if e["root"] else "failure"
+        msg = (f"ChildFailedError {label}: rank {e.get('rank')} (local_rank {e.get('local_rank')}) exitcode "
+               f"{e.get('exitcode')} pid {e.get('pid')} on {host}: {e.get('traceback', '')}")
+        self.add(_Ev(Kind.ROOT_CAUSE_REPORT, line=rc.entry_line, message=msg, severity=Severity.ERROR, attrs=attrs,
+                     time=time, tq=tq, host=host, rank=e.get("rank"), local_rank=e.get("local_rank"), pid=e.get("pid")))
+
+    def _close_rc(self, key: tuple) -> None:
+        rc = self.rc.pop(key, None)
+        if rc is not None:
+            self._close_entry(rc, None)
 
 
 SOURCE = PytorchSource()

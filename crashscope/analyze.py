@@ -1,0 +1,260 @@
+"""The one-way pipeline: ingest -> timeline -> attribution -> Report."""
+
+from __future__ import annotations
+
+import time as _time
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import polars as pl
+
+from crashscope import __version__
+from crashscope.ingest import IngestResult, ingest
+from crashscope.report.model import Report
+from crashscope.schema import Kind, TimeQuality
+from crashscope.sources.base import ParseOptions
+from crashscope.timeline import Timeline, build_timeline, iso
+
+EXCERPT_BEFORE = 8
+EXCERPT_AFTER = 12
+
+
+def resolve_tz(name: str | None) -> ZoneInfo | None:
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def analyze(
+    root: Path | str,
+    *,
+    tz: str | None = None,
+    expected_ranks: int | None = None,
+    overrides: dict[str, str] | None = None,
+    progress: Callable[[str, int], None] | None = None,
+    include_experimental: bool = False,
+    use_classifier: bool = True,
+) -> tuple[Report, Timeline, IngestResult]:
+    """Analyze a job directory. Never raises on bad input; problems go to ``warnings``."""
+    started = _time.perf_counter()
+    root = Path(root)
+    warnings: list[str] = []
+    zone = resolve_tz(tz)
+    if tz and zone is None:
+        warnings.append(f"unknown time zone {tz!r}; local stamps read as UTC")
+    options = ParseOptions(tz=zone or ZoneInfo("UTC"), tz_known=zone is not None)
+    result = ingest(root, options, progress=progress, overrides=overrides)
+    year, month = _job_year_month(result.events)
+    if year and year != datetime.now(timezone.utc).year:
+        # Year-less stamps (syslog, c10, torchrun) were dated with this year; redo with the job's.
+        options.year, options.month = year, month
+        result = ingest(root, options, overrides=overrides)
+    elif year:
+        options.year, options.month = year, month
+    if zone is None:
+        job_tz = _job_timezone(result.events)
+        if job_tz is not None:
+            result.events = _relocalize(result.events, job_tz)
+            warnings.append(f"local time stamps read in the job's time zone {job_tz.key} (from its collected node info)")
+        elif result.events.filter(pl.col("time_quality") == TimeQuality.ESTIMATED.value).height:
+            warnings.append("no time zone given or found (--tz); stamps without a zone were read as UTC")
+    timeline = build_timeline(result, expected_ranks=expected_ranks)
+    warnings.extend(result.warnings)
+    warnings.extend(timeline.warnings)
+    report = _base_report(result, timeline, warnings)
+    try:
+        from crashscope.attribution import attribute
+    except ImportError:  # attribution not installed in this build
+        attribute = None  # type: ignore[assignment]
+    if attribute is not None:
+        attribute(report, timeline, include_experimental=include_experimental, use_classifier=use_classifier)
+    report.analysis = {
+        "crashscope": __version__,
+        "root": str(root),
+        "bytes": result.bytes_read,
+        "files": len(result.files),
+        "seconds": round(_time.perf_counter() - started, 3),
+        "time_zone": (zone.key if zone else None),
+    }
+    return report, timeline, result
+
+
+def _job_year_month(ev: pl.DataFrame) -> tuple[int | None, int | None]:
+    exact = ev.filter((pl.col("time_quality") == TimeQuality.EXACT.value) & pl.col("time").is_not_null() & (pl.col("source") != "versions"))
+    if exact.height == 0:
+        return None, None
+    t = exact["time"].min()
+    return t.year, t.month  # type: ignore[union-attr]
+
+
+def _job_timezone(ev: pl.DataFrame) -> ZoneInfo | None:
+    zones = (
+        ev.filter(pl.col("attrs").str.contains('"timezone"', literal=True))
+        .select(pl.col("attrs").str.json_path_match("$.timezone"))
+        .to_series()
+        .drop_nulls()
+        .to_list()
+    )
+    for name, _ in Counter(zones).most_common():
+        z = resolve_tz(name)
+        if z is not None:
+            return z
+    return None
+
+
+def _relocalize(ev: pl.DataFrame, zone: ZoneInfo) -> pl.DataFrame:
+    """Stamps read as UTC for lack of a zone are local times of ``zone``: convert them."""
+    est = pl.col("time_quality") == TimeQuality.ESTIMATED.value
+    local = (
+        pl.col("time")
+        .dt.replace_time_zone(None)
+        .dt.replace_time_zone(zone.key, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+    )
+    return ev.with_columns(
+        pl.when(est & pl.col("time").is_not_null()).then(local).otherwise(pl.col("time")).alias("time"),
+        pl.when(est & pl.col("time").is_not_null()).then(pl.lit(TimeQuality.EXACT.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(ev.schema["time_quality"]).alias("time_quality"),
+    )
+
+
+def _base_report(result: IngestResult, tl: Timeline, warnings: list[str]) -> Report:
+    ev = tl.events
+    nodes = sorted(set(tl.hosts) | set(_job_nodes(ev)))
+    report = Report(job={"id": tl.job_id, "nodes": nodes, "ranks": tl.world_size})
+    report.warnings = _dedupe(warnings)
+    report.sources = result.sources_summary()
+    report.coverage = _coverage(result, tl)
+    report.symptoms = [g.to_json() for g in tl.groups[:20]]
+    report.anomalies = _anomalies(ev)
+    report.clock = {"skew_s": tl.skew_s, "start": iso(tl.start), "end": iso(tl.end), "quality": _quality_counts(ev)}
+    report.missing = _missing_data(result, tl, nodes)
+    return report
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for w in items:
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def _job_nodes(ev: pl.DataFrame) -> list[str]:
+    """Allocation nodes from Slurm records (so a node that left no logs is still listed)."""
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    nodes: set[str] = set()
+    for a in st["attrs"].drop_nulls().to_list():
+        import json
+
+        try:
+            v = json.loads(a).get("nodes")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(v, list):
+            nodes.update(str(x) for x in v if isinstance(x, str) and len(v) <= 10_000)
+    return sorted(nodes)
+
+
+def _quality_counts(ev: pl.DataFrame) -> dict[str, int]:
+    return {str(k): int(v) for k, v in ev.group_by("time_quality").len().iter_rows()}
+
+
+def _coverage(result: IngestResult, tl: Timeline) -> dict[str, Any]:
+    kinds = Counter(f.kind for f in result.files)
+    per_host: dict[str, dict[str, Any]] = defaultdict(lambda: {"events": 0, "sources": [], "ranks": 0})
+    ev = tl.events
+    if ev.height:
+        by = ev.group_by("host").agg(
+            pl.len().alias("events"),
+            pl.col("source").cast(pl.String).unique().sort().alias("sources"),
+            pl.col("rank").drop_nulls().n_unique().alias("ranks"),
+            pl.col("time").min().alias("first"),
+            pl.col("time").max().alias("last"),
+        )
+        for row in by.iter_rows(named=True):
+            per_host[row["host"] or "?"] = {
+                "events": row["events"],
+                "sources": list(row["sources"]),
+                "ranks": row["ranks"],
+                "first": row["first"].isoformat() if row["first"] else None,
+                "last": row["last"].isoformat() if row["last"] else None,
+            }
+    return {
+        "files": len(result.files),
+        "recognized": sum(v for k, v in kinds.items() if k not in ("unrecognized", "unreadable")),
+        "unrecognized": kinds.get("unrecognized", 0),
+        "unreadable": kinds.get("unreadable", 0),
+        "bytes": result.bytes_read,
+        "events": ev.height,
+        "hosts": dict(sorted(per_host.items())),
+        "ranks_seen": len(tl.ranks_seen),
+        "ranks_expected": tl.world_size,
+    }
+
+
+def _missing_data(result: IngestResult, tl: Timeline, nodes: list[str]) -> list[str]:
+    ev = tl.events
+    out = []
+    if ev.height == 0:
+        return ["no recognizable log lines at all"]
+    kernel_hosts = set(ev.filter(pl.col("source") == "kernel")["host"].drop_nulls().unique().to_list())
+    no_kernel = [n for n in nodes if n not in kernel_hosts]
+    if no_kernel and len(no_kernel) < len(nodes):
+        out.append(f"no kernel log (dmesg/journal) for {len(no_kernel)} node(s): {', '.join(no_kernel[:8])}{' ...' if len(no_kernel) > 8 else ''}")
+    elif nodes and not kernel_hosts:
+        out.append("no kernel logs (dmesg/journal) for any node: Xid, NIC and storage errors cannot be seen")
+    if not ev.filter(pl.col("source").is_in(["slurm", "sacct"])).height:
+        out.append("no Slurm records (job output banners, sacct, slurmctld): scheduler actions cannot be seen")
+    if tl.world_size and len(tl.ranks_seen) < tl.world_size:
+        out.append(f"events from {len(tl.ranks_seen)} of {tl.world_size} ranks")
+    return out
+
+
+def _anomalies(ev: pl.DataFrame, limit: int = 15) -> list[dict[str, Any]]:
+    """The earliest distinct warnings/errors: the first place to look."""
+    from crashscope.timeline import signature_expr
+
+    bad = ev.filter(pl.col("severity").cast(pl.String).is_in(["warning", "error", "critical"]))
+    if bad.height == 0:
+        return []
+    bad = bad.with_columns(signature_expr().alias("_sig")).sort(["time", "file", "line"], nulls_last=True)
+    first = bad.group_by(["kind", "_sig"], maintain_order=True).agg(
+        pl.all().first(), pl.len().alias("count"), pl.col("rank").n_unique().alias("n_ranks")
+    )
+    return [event_json(r) | {"count": r["count"]} for r in first.head(limit).iter_rows(named=True)]
+
+
+def event_json(r: dict[str, Any]) -> dict[str, Any]:
+    t = r.get("time")
+    return {
+        "time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t is not None else None,
+        "time_quality": str(r.get("time_quality")),
+        "node": r.get("host"),
+        "rank": r.get("rank"),
+        "gpu": r.get("gpu"),
+        "source": str(r.get("source")),
+        "kind": str(r.get("kind")),
+        "severity": str(r.get("severity")),
+        "message": r.get("message") or "",
+        "file": r.get("file"),
+        "line": r.get("line"),
+    }
+
+
+def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCERPT_BEFORE, limit_after: int = EXCERPT_AFTER) -> list[dict[str, Any]]:
+    """Non-info events just before and after ``t_ns`` (the first failure)."""
+    if t_ns is None or ev.height == 0:
+        return []
+    ev = ev.filter(pl.col("time").is_not_null() & (pl.col("severity").cast(pl.String) != "info"))
+    t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
+    before = ev.filter(pl.col("time") < t).tail(limit_before)
+    after = ev.filter(pl.col("time") >= t).head(limit_after)
+    return [event_json(r) for r in pl.concat([before, after]).iter_rows(named=True)]

@@ -1,0 +1,444 @@
+"""Evaluate rules over an events frame (``crashscope.schema.EVENT_SCHEMA``).
+
+Per rule: filter the frame by the rule's kinds and sources in polars, compute one boolean
+column per selection, keep the rows where ``condition`` holds, then apply the cross-event
+constraints in Python over the (small) matched set:
+
+* ``within`` / ``not_within``: keep / drop a matched event if an event of another selection
+  occurs within ``seconds`` before/after it (on the same host/gpu/rank). Events without a
+  time are ordered by line number when both come from the same file; otherwise the order is
+  unknown, which satisfies neither ``within`` nor ``not_within``'s exclusion.
+* ``min_ranks`` / ``min_fraction_of_ranks``: the matches must cover that many distinct ranks.
+* ``differs_across_hosts: <attrs key>`` (+ ``group_by``): per group, hosts whose value differs
+  from the value most hosts report (the minority) are the culprits.
+* ``absent: <selection>``: ranks in ``0..expected_ranks-1`` with no event of the selection.
+* ``detector: <name>``: a named Python check from :data:`DETECTORS` for statistics YAML cannot
+  express (one slow rank, one hot GPU).
+
+``expected_ranks`` defaults to the largest ``nranks`` of ``comm_init`` events, else the
+highest rank seen + 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import polars as pl
+import regex
+
+from crashscope.engine import condition as cond
+from crashscope.engine.load import load_rules
+from crashscope.engine.model import AttrTest, Evidence, Finding, Rule, Selection, Window
+
+log = logging.getLogger(__name__)
+
+MAX_EVIDENCE = 10
+_VERSION_HEAD = regex.compile(r"\d+(?:\.\d+)*")
+
+
+@lru_cache(maxsize=1)
+def default_rules() -> tuple[Rule, ...]:
+    return tuple(load_rules().rules)
+
+
+def evaluate(
+    events: pl.DataFrame,
+    rules: Sequence[Rule] | None = None,
+    *,
+    include_experimental: bool = False,
+    expected_ranks: int | None = None,
+    max_evidence: int = MAX_EVIDENCE,
+) -> list[Finding]:
+    """Run rules over ``events`` and return their findings, earliest first.
+
+    Args:
+        events: a frame in ``EVENT_SCHEMA``.
+        rules: rules to run; default every rule under ``rules/``.
+        include_experimental: also run ``experimental`` rules (never ``deprecated``).
+        expected_ranks: world size, for ``absent`` and ``min_fraction_of_ranks``.
+        max_evidence: evidence rows kept per finding.
+    """
+    rules = default_rules() if rules is None else rules
+    if events.height == 0:
+        return []
+    ctx = _Context(events, expected_ranks)
+    out = []
+    for rule in rules:
+        if rule.status == "deprecated" or (rule.status == "experimental" and not include_experimental):
+            continue
+        f = evaluate_rule(rule, events, ctx=ctx, max_evidence=max_evidence)
+        if f is not None:
+            out.append(f)
+    out.sort(key=lambda f: (f.first_time is None, f.first_time or 0, f.rule_id))
+    return out
+
+
+class _Context:
+    """Facts about the whole frame that several rules need, computed once."""
+
+    def __init__(self, events: pl.DataFrame, expected_ranks: int | None):
+        self.events = events
+        self._expected = expected_ranks
+        self._rank_hosts: dict[int, set[str]] | None = None
+
+    @property
+    def expected_ranks(self) -> int | None:
+        if self._expected is None:
+            self._expected = infer_expected_ranks(self.events)
+        return self._expected
+
+    @property
+    def rank_hosts(self) -> dict[int, set[str]]:
+        if self._rank_hosts is None:
+            m: dict[int, set[str]] = defaultdict(set)
+            df = self.events.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null()).select("rank", "host").unique()
+            for r, h in df.iter_rows():
+                m[r].add(h)
+            self._rank_hosts = m
+        return self._rank_hosts
+
+
+def infer_expected_ranks(events: pl.DataFrame) -> int | None:
+    init = events.filter(pl.col("kind") == "comm_init")
+    best = None
+    if init.height:
+        n = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+        best = int(n) if n is not None else None
+    mx = events.select(pl.col("rank").max()).item()
+    if mx is not None:
+        best = max(best or 0, int(mx) + 1)
+    return best
+
+
+# --- per-event selections ---------------------------------------------------------------------
+
+
+def _attr_expr(t: AttrTest) -> pl.Expr:
+    raw = pl.col("attrs").str.json_path_match(f"$.{t.key}")
+    if t.op == "exists":
+        return raw.is_not_null() if t.value in (True, None) else raw.is_null()
+    if t.op in ("gte", "lte"):
+        num = raw.cast(pl.Float64, strict=False)
+        return (num >= float(t.value)) if t.op == "gte" else (num <= float(t.value))
+    if t.op == "re":
+        return raw.str.contains(str(t.value)).fill_null(False)
+    if t.op == "contains":
+        return raw.str.contains(str(t.value), literal=True).fill_null(False)
+    values = t.value if t.op == "in" else [t.value]
+    parts = [_equals(raw, v) for v in values]
+    e = parts[0]
+    for p in parts[1:]:
+        e = e | p
+    return e
+
+
+def _equals(raw: pl.Expr, v: Any) -> pl.Expr:
+    if isinstance(v, bool):
+        return (raw.str.to_lowercase() == ("true" if v else "false")).fill_null(False)
+    if isinstance(v, (int, float)):
+        return (raw.cast(pl.Float64, strict=False) == float(v)).fill_null(False)
+    return (raw == str(v)).fill_null(False)
+
+
+def selection_expr(sel: Selection) -> pl.Expr:
+    e = pl.lit(True)
+    if sel.kinds:
+        e = e & pl.col("kind").cast(pl.String).is_in(list(sel.kinds))
+    if sel.sources:
+        e = e & pl.col("source").cast(pl.String).is_in(list(sel.sources))
+    if sel.severity:
+        e = e & pl.col("severity").cast(pl.String).is_in(list(sel.severity))
+    for t in sel.attrs:
+        e = e & _attr_expr(t)
+    if sel.message_re:
+        any_re = pl.lit(False)
+        for pat in sel.message_re:
+            any_re = any_re | pl.col("message").str.contains(pat).fill_null(False)
+        e = e & any_re
+    if sel.message_contains:
+        any_c = pl.lit(False)
+        for s in sel.message_contains:
+            any_c = any_c | pl.col("message").str.contains(s, literal=True).fill_null(False)
+        e = e & any_c
+    return e.fill_null(False)
+
+
+def _cond_expr(node: cond.Node) -> pl.Expr:
+    if isinstance(node, str):
+        return pl.col(f"_s_{node}")
+    op = node[0]
+    if op == "not":
+        return ~_cond_expr(node[1])
+    a, b = _cond_expr(node[1]), _cond_expr(node[2])
+    return (a & b) if op == "and" else (a | b)
+
+
+def rule_kinds(rule: Rule) -> set[str]:
+    kinds = set(rule.kinds)
+    for s in rule.selections.values():
+        kinds.update(s.kinds)
+    return kinds
+
+
+# --- one rule ---------------------------------------------------------------------------------
+
+
+def evaluate_rule(
+    rule: Rule,
+    events: pl.DataFrame,
+    *,
+    expected_ranks: int | None = None,
+    ctx: _Context | None = None,
+    max_evidence: int = MAX_EVIDENCE,
+) -> Finding | None:
+    """Evaluate one rule; None when it does not fire."""
+    ctx = ctx or _Context(events, expected_ranks)
+    pre = pl.col("kind").cast(pl.String).is_in(sorted(rule_kinds(rule)))
+    if rule.sources:
+        pre = pre & pl.col("source").cast(pl.String).is_in(list(rule.sources))
+    frame = events.filter(pre)
+    if frame.height == 0:
+        return None
+    frame = frame.with_row_index("_i").with_columns(
+        pl.col("time").cast(pl.Int64).alias("_t"),
+        *[selection_expr(s).alias(f"_s_{n}") for n, s in rule.selections.items()]
+    )
+    node = cond.parse(rule.condition, set(rule.selections))
+    matched = frame.filter(_cond_expr(node))
+    if matched.height == 0:
+        return None
+    rows = matched.to_dicts()
+    for w in rule.within:
+        rows = _window(rows, frame, w, keep=True)
+    for w in rule.not_within:
+        rows = _window(rows, frame, w, keep=False)
+    if not rows:
+        return None
+
+    hosts: list[str] | None = None
+    ranks: list[int] | None = None
+    if rule.detector:
+        det = DETECTORS.get(rule.detector)
+        if det is None:
+            log.warning("rule %s: unknown detector %r", rule.id, rule.detector)
+            return None
+        res = det(pl.DataFrame(rows, schema=matched.schema), ctx, dict(rule.detector_args))
+        if res is None:
+            return None
+        rows, hosts, ranks = res.rows, res.hosts, res.ranks
+        if not rows:
+            return None
+
+    distinct_ranks = {r["rank"] for r in rows if r["rank"] is not None}
+    if rule.min_ranks and len(distinct_ranks) < rule.min_ranks:
+        return None
+    if rule.min_fraction_of_ranks:
+        n = ctx.expected_ranks
+        if not n or len(distinct_ranks) / n < rule.min_fraction_of_ranks:
+            return None
+
+    if rule.differs_across_hosts:
+        res2 = _drift(rows, rule.differs_across_hosts, rule.group_by)
+        if res2 is None:
+            return None
+        rows, hosts = res2
+    if rule.absent:
+        n = ctx.expected_ranks
+        reporting = {r["rank"] for r in frame.filter(pl.col(f"_s_{rule.absent}")).iter_rows(named=True) if r["rank"] is not None}
+        if not n or not reporting:
+            return None
+        missing = sorted(set(range(n)) - reporting)
+        if not missing:
+            return None
+        if rule.culprit == "absent_ranks":
+            ranks = missing
+            hosts = sorted({h for r in missing for h in ctx.rank_hosts.get(r, ())})
+
+    rows.sort(key=_sort_key)
+    return _finding(rule, rows, hosts, ranks, max_evidence)
+
+
+def _sort_key(r: dict[str, Any]) -> tuple:
+    t = r["_t"]
+    return (t is None, t or 0, r["file"] or "", r["line"] or 0)
+
+
+def _order(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """Seconds from a to b (b - a), 0.0 when only the line order is known but b follows a
+    in the same file (sign kept via ±1e-9), None when unknown."""
+    if a["_t"] is not None and b["_t"] is not None:
+        return (b["_t"] - a["_t"]) / 1e9
+    if a["file"] == b["file"] and a["line"] is not None and b["line"] is not None:
+        return 1e-9 if b["line"] > a["line"] else (-1e-9 if b["line"] < a["line"] else 0.0)
+    return None
+
+
+def _window(rows: list[dict[str, Any]], frame: pl.DataFrame, w: Window, *, keep: bool) -> list[dict[str, Any]]:
+    refs = frame.filter(pl.col(f"_s_{w.selection}")).to_dicts()
+    out = []
+    for m in rows:
+        hit = False
+        for r in refs:
+            if r["_i"] == m["_i"]:
+                continue
+            if w.same and (m[w.same] is None or r[w.same] != m[w.same]):
+                continue
+            d = _order(m, r)
+            if d is None:
+                continue
+            if w.direction == "after" and d < 0 or w.direction == "before" and d > 0:
+                continue
+            if w.seconds is not None and m["_t"] is not None and r["_t"] is not None and abs(d) > w.seconds:
+                continue
+            hit = True
+            break
+        if hit == keep:
+            out.append(m)
+    return out
+
+
+def _drift(rows: list[dict[str, Any]], key: str, group_by: str | None) -> tuple[list[dict[str, Any]], list[str]] | None:
+    groups: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # group -> value -> hosts
+    for r in rows:
+        a = _attrs(r)
+        val, host = a.get(key), r["host"]
+        if val is None or host is None:
+            continue
+        m = _VERSION_HEAD.match(str(val).strip())
+        norm = m.group(0) if m else str(val).strip()
+        groups[str(a.get(group_by)) if group_by else ""][norm].add(host)
+    culprit_hosts: set[str] = set()
+    keep_groups: dict[str, set[str]] = {}
+    for g, vals in groups.items():
+        if len(vals) < 2:
+            continue
+        counts = Counter({v: len(h) for v, h in vals.items()})
+        top = max(counts.values())
+        majority = [v for v, c in counts.items() if c == top]
+        # a tie has no majority: every host is suspect
+        minority = [v for v in vals if v not in majority] if len(majority) == 1 else list(vals)
+        hs = set().union(*(vals[v] for v in minority))
+        culprit_hosts |= hs
+        keep_groups[g] = hs | (vals[majority[0]] if len(majority) == 1 else set())
+    if not culprit_hosts:
+        return None
+    out, seen_majority = [], set()
+    for r in rows:
+        a = _attrs(r)
+        g = str(a.get(group_by)) if group_by else ""
+        if g not in keep_groups:
+            continue
+        if r["host"] in culprit_hosts:
+            out.append(r)
+        elif g not in seen_majority:  # one reference row of the majority per group
+            seen_majority.add(g)
+            out.append(r)
+    return out, sorted(culprit_hosts)
+
+
+def _attrs(r: dict[str, Any]) -> dict[str, Any]:
+    if "_a" not in r:
+        try:
+            v = json.loads(r["attrs"]) if r["attrs"] else {}
+        except (ValueError, TypeError):
+            v = {}
+        r["_a"] = v if isinstance(v, dict) else {}
+    return r["_a"]
+
+
+def _finding(rule: Rule, rows: list[dict[str, Any]], hosts: list[str] | None, ranks: list[int] | None, cap: int) -> Finding:
+    src = rows if rule.culprit != "earliest" else rows[:1]
+    if hosts is None:
+        hosts = _uniq(r["host"] for r in src)
+    if ranks is None:
+        ranks = _uniq(r["rank"] for r in src)
+    host_set = set(hosts)
+    gpus = _uniq(
+        (r["host"], r["gpu"], r["gpu_index"])
+        for r in src
+        if (r["gpu"] is not None or r["gpu_index"] is not None) and r["host"] in host_set
+    )
+    ev = tuple(
+        Evidence(
+            time=r["_t"], host=r["host"], rank=r["rank"], gpu=r["gpu"], gpu_index=r["gpu_index"],
+            file=r["file"] or "", line=r["line"], source=str(r["source"]), kind=str(r["kind"]), message=r["message"] or "",
+        )
+        for r in rows[:cap]
+    )
+    times = [r["_t"] for r in rows if r["_t"] is not None]
+    return Finding(
+        rule_id=rule.id, title=rule.title, cause=rule.cause, role=rule.role, status=rule.status, weight=rule.weight,
+        first_time=min(times) if times else None, count=len(rows), hosts=tuple(hosts), ranks=tuple(ranks),
+        gpus=tuple(gpus), evidence=ev, explanation=rule.explanation, actions=rule.actions,
+    )
+
+
+def _uniq(it: Any) -> list[Any]:
+    seen: dict[Any, None] = {}
+    for x in it:
+        if x is not None and x not in seen:
+            seen[x] = None
+    return list(seen)
+
+
+# --- detectors: statistics YAML cannot express -------------------------------------------------
+
+
+@dataclass
+class DetectorResult:
+    rows: list[dict[str, Any]]
+    hosts: list[str] | None = None
+    ranks: list[int] | None = None
+
+
+Detector = Callable[[pl.DataFrame, _Context, dict[str, Any]], DetectorResult | None]
+
+
+def _num(df: pl.DataFrame, key: str) -> pl.Series:
+    return df["attrs"].str.json_path_match(f"$.{key}").cast(pl.Float64, strict=False)
+
+
+def slow_rank(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> DetectorResult | None:
+    """One rank's median ``train_step`` ``step_ms`` is ``factor`` (default 1.5) times the median
+    of all ranks' medians, with at least ``min_ranks`` (3) ranks and ``min_steps`` (3) steps each.
+    A straggler is usually a throttled or faulty GPU; all ranks of a synchronous job are
+    otherwise equally fast, so a relative threshold needs no per-model tuning."""
+    factor = float(args.get("factor", 1.5))
+    min_steps = int(args.get("min_steps", 3))
+    d = df.with_columns(_num(df, args.get("key", "step_ms")).alias("_v")).filter(pl.col("_v").is_not_null() & pl.col("rank").is_not_null())
+    per = d.group_by("rank").agg(pl.col("_v").median().alias("med"), pl.len().alias("n")).filter(pl.col("n") >= min_steps)
+    if per.height < int(args.get("min_ranks", 3)):
+        return None
+    overall = float(per["med"].median())  # type: ignore[arg-type]
+    slow = per.filter(pl.col("med") > factor * overall)["rank"].to_list()
+    if not slow or len(slow) > per.height // 2:
+        return None
+    rows = d.filter(pl.col("rank").is_in(slow)).drop("_v").to_dicts()
+    return DetectorResult(rows, ranks=sorted(slow))
+
+
+def hot_gpu(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> DetectorResult | None:
+    """GPUs whose peak ``temperature`` is at least ``min_temp`` (default 85 °C) and ``delta``
+    (default 10 °C) above the median peak of all GPUs (at least ``min_gpus``=2 GPUs seen).
+    Data-centre GPUs start thermal slowdown near 85-90 °C; a GPU far hotter than its peers
+    points to cooling, not to the workload."""
+    key = args.get("key", "temperature")
+    d = df.with_columns(_num(df, key).alias("_v")).filter(pl.col("_v").is_not_null())
+    d = d.with_columns(pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|").alias("_g"))
+    per = d.group_by("_g").agg(pl.col("_v").max().alias("peak"))
+    if per.height < int(args.get("min_gpus", 2)):
+        return None
+    med = float(per["peak"].median())  # type: ignore[arg-type]
+    hot = per.filter((pl.col("peak") >= float(args.get("min_temp", 85))) & (pl.col("peak") >= med + float(args.get("delta", 10))))["_g"].to_list()
+    if not hot:
+        return None
+    rows = d.filter(pl.col("_g").is_in(hot)).sort("_v", descending=True).drop("_v", "_g").to_dicts()
+    return DetectorResult(rows)
+
+
+DETECTORS: dict[str, Detector] = {"slow_rank": slow_rank, "hot_gpu": hot_gpu}

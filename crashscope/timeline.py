@@ -1,0 +1,424 @@
+"""From raw ingested events to one clock-aligned, identity-resolved timeline.
+
+Steps, in order (each is a pure function of the frame):
+
+1. identity: (host, pid) -> global rank from NCCL communicator init; (host, local rank)
+   -> global rank from torchrun summaries; (host, rank) <-> GPU PCI id, so a kernel Xid
+   on ``0000:3b:00.0`` lands on the rank that drove that GPU.
+2. kernel clocks: boot-relative dmesg stamps -> UTC with a per-host boot epoch taken
+   from journald JSON pairs, ``/proc/stat`` btime or syslog lines carrying both clocks.
+3. clock skew: events that happen at one instant everywhere (the watchdog timeout of one
+   SeqNum on every rank, a Slurm cancel of one step on every node) give each host's offset
+   from the job median; offsets above ``SKEW_THRESHOLD_S`` are corrected (``aligned``).
+4. interpolation: events without a time take the previous (else next) stamped event's time
+   in the same file (``estimated``).
+5. symptom groups: the same event on many ranks collapses into one group with its count,
+   earliest member and the ranks that did NOT report it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import polars as pl
+
+from crashscope.ingest import IngestResult
+from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality
+
+SKEW_THRESHOLD_S = 2.0
+GROUP_MIN_MEMBERS = 2
+SEVERITY_ORDER = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+
+# Kinds whose many copies are consequences of one failure elsewhere.
+SYMPTOM_KINDS = {
+    Kind.COLLECTIVE_TIMEOUT.value,
+    Kind.WATCHDOG_ERROR.value,
+    Kind.HEARTBEAT_TIMEOUT.value,
+    Kind.NETWORK_ERROR.value,
+    Kind.NCCL_ERROR.value,
+    Kind.PROCESS_EXIT.value,
+    Kind.SIGNAL.value,
+    Kind.ROOT_CAUSE_REPORT.value,
+    Kind.JOB_CANCEL.value,
+    Kind.EXCEPTION.value,
+    Kind.XID.value,
+}
+
+
+@dataclass
+class SymptomGroup:
+    kind: str
+    signature: str
+    count: int
+    ranks: list[int]
+    hosts: list[str]
+    first_time: int | None
+    first_file: str
+    first_line: int | None
+    first_host: str | None
+    first_rank: int | None
+    first_message: str
+    missing_ranks: list[int] = field(default_factory=list)  # expected ranks that did not report it
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "signature": self.signature,
+            "count": self.count,
+            "ranks": _compress_ints(self.ranks),
+            "n_ranks": len(self.ranks),
+            "hosts": self.hosts,
+            "first": {
+                "time": iso(self.first_time),
+                "node": self.first_host,
+                "rank": self.first_rank,
+                "file": self.first_file,
+                "line": self.first_line,
+                "message": self.first_message,
+            },
+            "missing_ranks": self.missing_ranks,
+        }
+
+
+@dataclass
+class Timeline:
+    events: pl.DataFrame  # EVENT_SCHEMA, sorted by time (nulls last), then file/line
+    job_id: str | None
+    hosts: list[str]
+    world_size: int | None  # expected number of ranks
+    ranks_seen: list[int]
+    skew_s: dict[str, float]  # host -> estimated clock offset (seconds, positive = ahead)
+    groups: list[SymptomGroup]
+    warnings: list[str]
+    start: int | None = None
+    end: int | None = None
+
+
+def iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    from datetime import datetime, timezone
+
+    sec, rem = divmod(int(ns), 1_000_000_000)
+    return datetime.fromtimestamp(sec, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rem // 1000:06d}Z"
+
+
+def _compress_ints(values: list[int]) -> str:
+    """[0,1,2,5,7,8] -> "0-2,5,7-8" (hostlist style; long rank lists stay readable)."""
+    vals = sorted(set(values))
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -> Timeline:
+    warnings: list[str] = []
+    ev = result.events
+    if ev.height == 0:
+        return Timeline(ev, None, [], expected_ranks, [], {}, [], ["no events were found in any file"])
+    ev = ev.with_row_index("_id")
+    ev = _hosts_from_paths(ev)
+    ev = _resolve_ranks(ev)
+    ev = _resolve_gpus(ev)
+    ev = _kernel_clock(ev, warnings)
+    ev, skew = _clock_skew(ev, warnings)
+    ev = _interpolate(ev)
+    ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
+    ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
+
+    world = expected_ranks or _world_size(ev)
+    ranks_seen = sorted(int(r) for r in ev["rank"].drop_nulls().unique().to_list())
+    if world and ranks_seen:
+        missing = sorted(set(range(world)) - set(ranks_seen))
+        if missing:
+            warnings.append(
+                f"no events from {len(missing)} of {world} ranks ({_compress_ints(missing)}): their logs may be missing"
+            )
+    groups = collapse_symptoms(ev, world)
+    hosts = sorted(h for h in ev["host"].drop_nulls().unique().to_list())
+    job_ids = [j for j in ev["job_id"].drop_nulls().to_list()]
+    job_id = Counter(job_ids).most_common(1)[0][0] if job_ids else None
+    times = ev["time"].drop_nulls()
+    start = _ns(times.min()) if times.len() else None
+    end = _ns(times.max()) if times.len() else None
+    return Timeline(ev, job_id, hosts, world, ranks_seen, skew, groups, warnings, start, end)
+
+
+def _ns(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    from datetime import datetime, timezone
+
+    if isinstance(v, datetime):
+        from crashscope.sources.base import epoch_ns
+
+        return epoch_ns(v if v.tzinfo else v.replace(tzinfo=timezone.utc))
+    return int(v)
+
+
+def _attr(col: str, key: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+    return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
+
+
+def _hosts_from_paths(ev: pl.DataFrame) -> pl.DataFrame:
+    """Events without a host take a known host named in their file's path (``nccl.node003.123.log``)."""
+    known = [h for h in ev["host"].drop_nulls().unique().to_list() if len(h) >= 3]
+    if not known or ev["host"].null_count() == 0:
+        return ev
+    files = ev.filter(pl.col("host").is_null())["file"].unique().to_list()
+    import regex
+
+    rx = regex.compile(r"(?<![A-Za-z0-9])(" + "|".join(regex.escape(h) for h in sorted(known, key=len, reverse=True)) + r")(?![0-9])")
+    mapping = {}
+    for f in files:
+        m = None
+        for m in rx.finditer(f):
+            pass
+        if m:
+            mapping[f] = m.group(1)
+    if not mapping:
+        return ev
+    fill = pl.col("file").replace_strict(mapping, default=None, return_dtype=pl.String)
+    return ev.with_columns(pl.coalesce(pl.col("host"), fill).alias("host"))
+
+
+def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
+    # (host, pid) -> rank in the largest communicator that process joined (the world).
+    init = ev.filter((pl.col("kind") == Kind.COMM_INIT.value) & pl.col("pid").is_not_null() & pl.col("host").is_not_null())
+    if init.height:
+        init = init.with_columns(_attr("attrs", "rank", pl.Int32).alias("_r"), _attr("attrs", "nranks", pl.Int32).alias("_n"))
+        init = init.filter(pl.col("_r").is_not_null())
+        if init.height:
+            best = (
+                init.sort("_n", descending=True, nulls_last=True)
+                .group_by(["host", "pid"], maintain_order=True)
+                .first()
+                .select("host", "pid", pl.col("_r").alias("_pid_rank"), pl.col("gpu").alias("_pid_gpu"))
+            )
+            ev = ev.join(best, on=["host", "pid"], how="left")
+            ev = ev.with_columns(pl.coalesce("rank", "_pid_rank").alias("rank"), pl.coalesce("gpu", "_pid_gpu").alias("gpu")).drop(
+                "_pid_rank", "_pid_gpu"
+            )
+    # (host, local_rank) -> rank from any event that states both (torchrun summaries).
+    both = ev.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
+    if both.height:
+        lr = both.group_by(["host", "local_rank"]).agg(pl.col("rank").mode().first().alias("_lr_rank"))
+        ev = ev.join(lr, on=["host", "local_rank"], how="left")
+        ev = ev.with_columns(pl.coalesce("rank", "_lr_rank").alias("rank")).drop("_lr_rank")
+    # (host, pid) -> rank from any event stating both (c10 lines behind an NCCL pid).
+    pr = ev.filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null() & pl.col("host").is_not_null())
+    if pr.height:
+        m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
+        ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
+    return ev.sort("_id")
+
+
+def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
+    """(host, rank) -> GPU PCI, and back: kernel/telemetry events on a GPU get its rank."""
+    known = ev.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null() & pl.col("gpu").is_not_null())
+    if known.height == 0:
+        return ev
+    rank_gpu = known.group_by(["host", "rank"]).agg(pl.col("gpu").mode().first().alias("_g"))
+    gpu_rank = known.group_by(["host", "gpu"]).agg(pl.col("rank").mode().first().alias("_r"))
+    ev = ev.join(rank_gpu, on=["host", "rank"], how="left").with_columns(pl.coalesce("gpu", "_g").alias("gpu")).drop("_g")
+    ev = ev.join(gpu_rank, on=["host", "gpu"], how="left").with_columns(pl.coalesce("rank", "_r").alias("rank")).drop("_r")
+    # nvidia-smi index for a PCI id, when an inventory names both.
+    inv = ev.filter(pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("host").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv", "kernel"]))
+    if inv.height:
+        gi = inv.group_by(["host", "gpu"]).agg(pl.col("gpu_index").mode().first().alias("_gi"))
+        ev = ev.join(gi, on=["host", "gpu"], how="left").with_columns(pl.coalesce("_gi", "gpu_index").alias("gpu_index")).drop("_gi")
+    return ev.sort("_id")
+
+
+def _kernel_clock(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """Boot-relative kernel stamps (attrs.mono, seconds) -> UTC via a per-host boot epoch."""
+    mono = _attr("attrs", "mono", pl.Float64)
+    has_mono = ev.filter(pl.col("attrs").str.contains('"mono"', literal=True))
+    if has_mono.height == 0:
+        return ev
+    has_mono = has_mono.with_columns(mono.alias("_mono"), _attr("attrs", "boot", pl.String).alias("_boot"))
+    need = has_mono.filter(pl.col("time").is_null() & pl.col("_mono").is_not_null())
+    if need.height == 0:
+        return ev
+    # Epoch candidates: events with both clocks, and /proc/stat btime boot events.
+    pairs = has_mono.filter(pl.col("time").is_not_null() & pl.col("_mono").is_not_null())
+    epochs: dict[str, list[float]] = defaultdict(list)
+    for host, t, m in pairs.select("host", pl.col("time").dt.epoch("ns"), "_mono").iter_rows():
+        if host:
+            epochs[host].append(t / 1e9 - m)
+    btimes = ev.filter((pl.col("kind") == Kind.BOOT.value) & pl.col("attrs").str.contains('"btime"', literal=True))
+    for host, bt in btimes.select("host", _attr("attrs", "btime", pl.Float64)).iter_rows():
+        if host and bt:
+            epochs[host].append(bt)
+    boot_epoch = {h: median(v) for h, v in epochs.items()}
+    # Later boots in the same file: mono restarts; only the last boot can use btime (it
+    # is "now"'s boot), earlier boots stay unconverted.
+    upd_ids: list[int] = []
+    upd_times: list[int] = []
+    unresolved = Counter()
+    boots_per_file = need.group_by("file").agg(pl.col("_boot").n_unique().alias("n"), pl.col("_boot").max().alias("last"))
+    last_boot = {f: b for f, _, b in boots_per_file.iter_rows()}
+    for _id, host, m, boot, f in need.select("_id", "host", "_mono", "_boot", "file").iter_rows():
+        ep = boot_epoch.get(host) if host else None
+        if ep is None or (boot is not None and boot != last_boot.get(f)):
+            unresolved[f] += 1
+            continue
+        upd_ids.append(_id)
+        upd_times.append(int(round((ep + m) * 1e9)))
+    for f, n in unresolved.items():
+        warnings.append(
+            f"{f}: {n} kernel lines have only boot-relative stamps and no boot time for their host "
+            "(collect /proc/stat btime or journalctl -o json); their times are unknown"
+        )
+    if not upd_ids:
+        return ev
+    upd = pl.DataFrame({"_id": upd_ids, "_t": upd_times}, schema={"_id": pl.UInt32, "_t": pl.Int64})
+    ev = ev.join(upd, on="_id", how="left")
+    return ev.with_columns(
+        pl.when(pl.col("_t").is_not_null()).then(pl.col("_t").cast(pl.Datetime("ns", "UTC"))).otherwise(pl.col("time")).alias("time"),
+        pl.when(pl.col("_t").is_not_null()).then(pl.lit(TimeQuality.ALIGNED.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
+    ).drop("_t").sort("_id")
+
+
+def _clock_skew(ev: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, dict[str, float]]:
+    """Per-host offsets from events that happen at one instant on every host."""
+    anchors = ev.filter(pl.col("time").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
+    to = anchors.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value).with_columns(
+        pl.concat_str([pl.lit("to:"), _attr("attrs", "pg_id").fill_null(""), pl.lit(":"), _attr("attrs", "seq").fill_null("")]).alias("_k")
+    )
+    ca = anchors.filter(pl.col("kind") == Kind.JOB_CANCEL.value).with_columns(
+        pl.concat_str([pl.lit("cancel:"), _attr("attrs", "id").fill_null("")]).alias("_k")
+    )
+    a = pl.concat([to, ca], how="vertical").filter(~pl.col("_k").str.ends_with(":"))
+    if a.height == 0:
+        return ev, {}
+    a = a.with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
+    per_host = a.group_by(["_k", "host"]).agg(pl.col("_t").median().alias("_ht"))
+    multi = per_host.group_by("_k").agg(pl.len().alias("_nh"), pl.col("_ht").median().alias("_gt")).filter(pl.col("_nh") >= 3)
+    if multi.height == 0:
+        return ev, {}
+    d = per_host.join(multi, on="_k").with_columns(((pl.col("_ht") - pl.col("_gt")) / 1e9).alias("_off"))
+    offs = d.group_by("host").agg(pl.col("_off").median().alias("off"))
+    skew = {h: round(o, 3) for h, o in offs.iter_rows() if h}
+    fix = {h: o for h, o in skew.items() if abs(o) >= SKEW_THRESHOLD_S}
+    if not fix:
+        return ev, skew
+    for h, o in sorted(fix.items()):
+        warnings.append(f"clock of {h} is {o:+.1f} s off the other hosts; its events were shifted (time quality 'aligned')")
+    shift = pl.col("host").replace_strict({h: int(round(o * 1e9)) for h, o in fix.items()}, default=0, return_dtype=pl.Int64)
+    apply = pl.col("time").is_not_null() & (pl.col("source") != "sacct") & pl.col("host").is_in(list(fix))
+    ev = ev.with_columns(
+        pl.when(apply).then((pl.col("time").dt.epoch("ns") - shift).cast(pl.Datetime("ns", "UTC"))).otherwise(pl.col("time")).alias("time"),
+        pl.when(apply).then(pl.lit(TimeQuality.ALIGNED.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
+    )
+    return ev, skew
+
+
+def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:
+    """Unstamped lines (NCCL INFO, tracebacks, srun) take their file neighbours' time."""
+    if ev["time"].null_count() == 0:
+        return ev
+    ev = ev.sort(["file", "line"])
+    filled = pl.col("time").forward_fill().backward_fill().over("file")
+    return ev.with_columns(
+        pl.when(pl.col("time").is_null() & filled.is_not_null())
+        .then(pl.lit(TimeQuality.ESTIMATED.value))
+        .otherwise(pl.col("time_quality").cast(pl.String))
+        .cast(EVENT_SCHEMA["time_quality"])
+        .alias("time_quality"),
+        filled.alias("time"),
+    ).sort("_id")
+
+
+def _world_size(ev: pl.DataFrame) -> int | None:
+    init = ev.filter(pl.col("kind") == Kind.COMM_INIT.value)
+    if init.height:
+        n = init.select(_attr("attrs", "nranks", pl.Int32).max()).item()
+        if n:
+            return int(n)
+    ranks = ev["rank"].drop_nulls()
+    return int(ranks.max()) + 1 if ranks.len() else None
+
+
+def signature_expr() -> pl.Expr:
+    """What makes two events "the same symptom": kind + message with numbers, hex,
+    hosts and addresses folded. Collective timeouts key on (PG, SeqNum, OpType)."""
+    folded = (
+        pl.col("message")
+        .str.replace_all(r"0x[0-9a-fA-F]+", "0x#")
+        .str.replace_all(r"\b\d+(?:\.\d+)*\b", "#")
+        .str.replace_all(r"<#>", "")
+        .str.slice(0, 160)
+    )
+    timeout = pl.concat_str(
+        [pl.lit("pg="), _attr("attrs", "pg_id").fill_null("0"), pl.lit(" seq="), _attr("attrs", "seq").fill_null("?"), pl.lit(" op="), _attr("attrs", "op").fill_null("?")]
+    )
+    return pl.when(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value).then(timeout).otherwise(folded)
+
+
+def collapse_symptoms(ev: pl.DataFrame, world: int | None) -> list[SymptomGroup]:
+    """Group repeated events of symptom kinds; each group keeps its earliest member."""
+    s = ev.filter(pl.col("kind").cast(pl.String).is_in(list(SYMPTOM_KINDS))).with_columns(signature_expr().alias("_sig"))
+    if s.height == 0:
+        return []
+    s = s.sort(["time", "file", "line"], nulls_last=True)
+    g = s.group_by(["kind", "_sig"], maintain_order=True).agg(
+        pl.len().alias("count"),
+        pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
+        pl.col("host").drop_nulls().unique().sort().alias("hosts"),
+        pl.col("time").first().dt.epoch("ns").alias("t"),
+        pl.col("file").first(),
+        pl.col("line").first(),
+        pl.col("host").first().alias("h"),
+        pl.col("rank").first().alias("r"),
+        pl.col("message").first(),
+    )
+    groups = []
+    for row in g.iter_rows(named=True):
+        if row["count"] < GROUP_MIN_MEMBERS and len(row["ranks"]) < GROUP_MIN_MEMBERS:
+            continue
+        ranks = [int(r) for r in row["ranks"]]
+        missing: list[int] = []
+        if world and len(ranks) >= max(2, world // 2):
+            missing = sorted(set(range(world)) - set(ranks))
+        groups.append(
+            SymptomGroup(
+                kind=str(row["kind"]),
+                signature=row["_sig"],
+                count=row["count"],
+                ranks=ranks,
+                hosts=list(row["hosts"]),
+                first_time=row["t"],
+                first_file=row["file"],
+                first_line=row["line"],
+                first_host=row["h"],
+                first_rank=row["r"],
+                first_message=row["message"],
+                missing_ranks=missing,
+            )
+        )
+    groups.sort(key=lambda x: (-len(x.ranks), -x.count))
+    return groups
+
+
+def attrs_of(row_attrs: str | None) -> dict[str, Any]:
+    if not row_attrs:
+        return {}
+    try:
+        v = json.loads(row_attrs)
+        return v if isinstance(v, dict) else {}
+    except ValueError:
+        return {}
