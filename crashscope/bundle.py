@@ -103,7 +103,8 @@ class PeekStream(io.RawIOBase):
         if self.error:
             return 0
         try:
-            data = self._rest.read(n)
+            # Small reads: a decoder that fails at a truncated end loses only this piece.
+            data = self._rest.read(min(n, 64 * 1024))
         except (EOFError, OSError, ValueError, zlib_error(), lzma.LZMAError) as exc:
             self.error = _describe(exc)
             return 0

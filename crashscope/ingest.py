@@ -136,11 +136,15 @@ def _ingest_entry(
         if binary:
             rec.note = "binary"
             warnings.append(f"{entry.path}: binary file that no source reads; skipped")
-        rec.bytes = len(head)
-        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
-    rec.kind, rec.confidence = winner.name, round(score, 3)
-    if binary:
-        warnings.append(f"{entry.path}: contains binary data (NUL bytes); text parts were read")
+            rec.bytes = len(head)
+            return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+        # Text nobody recognises from its head (a user's train.log, a file opening with a
+        # huge line) is still scanned: a traceback on line 90,000 is what matters.
+        winner = None
+    if binary and winner is not None:
+        warnings.append(f"{entry.path}: contains binary data; text parts were read")
+    if winner is not None:
+        rec.kind, rec.confidence = winner.name, round(score, 3)
     try:
         if isinstance(winner, FileSource):
             frame, ctxs = _parse_whole(stream, winner, info, options, rec)
@@ -150,8 +154,9 @@ def _ingest_entry(
         log.exception("parser failure on %s", entry.path)
         warnings.append(f"{entry.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
         return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
-    if stream.error:
-        warnings.append(f"{entry.path}: {stream.error}; read what was there")
+    err = stream.error or getattr(entry.stream, "error", None)
+    if err:
+        warnings.append(f"{entry.path}: {err}; read what was there")
     for ctx in ctxs:
         for w in ctx.warnings:
             warnings.append(str(w))
@@ -159,6 +164,9 @@ def _ingest_entry(
             warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
         rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
     rec.events = frame.height
+    if winner is None and frame.height:
+        rec.kind = frame["source"].cast(pl.String).mode().sort()[0]
+        rec.note = "recognized by lines beyond the first 64 KiB"
     return rec, frame, warnings
 
 
@@ -251,7 +259,7 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
         yield lineno, carry + b"\n"
 
 
-def _block_hits(block: bytes, first_line: int) -> tuple[list[int], list[str], int]:
+def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:
     """Line numbers and texts of the block's lines matching any prefilter."""
     n_lines = block.count(b"\n")
     try:
@@ -273,7 +281,13 @@ def _block_hits(block: bytes, first_line: int) -> tuple[list[int], list[str], in
     if not ok:
         text = block.decode("utf-8", "replace").replace("\x1f", " ")
         df = pl.DataFrame({"l": text.split("\n")[:n_lines]})
-    hit = df.with_row_index("n", offset=first_line).filter(pl.col("l").str.contains(_COMBINED))
+    df = df.with_row_index("n", offset=first_line)
+    if len(block) > MAX_LINE_BYTES:
+        long = df.filter(pl.col("l").str.len_bytes() > MAX_LINE_BYTES)["n"]
+        if long.len():
+            notes.append(f"{long.len()} line(s) longer than {MAX_LINE_BYTES // 1024} KiB (first: line {long[0]}); cut")
+            df = df.with_columns(pl.col("l").str.slice(0, MAX_LINE_BYTES))
+    hit = df.filter(pl.col("l").str.contains(_COMBINED))
     return hit["n"].to_list(), [t.rstrip("\r") for t in hit["l"].fill_null("").to_list()], n_lines
 
 
@@ -282,7 +296,7 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
     texts: list[str] = []
     notes: list[str] = []
     for first, block in iter_blocks(stream, rec, notes):
-        ns, ts, n = _block_hits(block, first)
+        ns, ts, n = _block_hits(block, first, notes)
         numbers.extend(ns)
         texts.extend(ts)
         rec.lines += n

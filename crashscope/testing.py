@@ -27,7 +27,7 @@ def parse_text(
         lines = data.decode("utf-8", "backslashreplace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        df = pl.DataFrame({"l": lines}).with_row_index("n", offset=1)
+        df = pl.DataFrame({"l": lines}, schema={"l": pl.String}).with_row_index("n", offset=1)
         hit = df.filter(pl.col("l").str.contains(src.prefilter))
         src.parse_lines(list(zip(hit["n"].to_list(), hit["l"].to_list())), ctx)
     elif isinstance(src, FileSource):

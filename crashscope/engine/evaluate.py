@@ -259,6 +259,12 @@ def evaluate_rule(
             ranks = missing
             hosts = sorted({h for r in missing for h in ctx.rank_hosts.get(r, ())})
 
+    if rule.culprit == "named_ranks":
+        named = sorted({int(x) for r in rows for k in rule.ranks_from for x in _int_list(_attrs(r).get(k))})
+        if named:
+            ranks = named
+            hosts = sorted({h for x in named for h in ctx.rank_hosts.get(x, ())})
+
     rows.sort(key=_sort_key)
     return _finding(rule, rows, hosts, ranks, max_evidence)
 
@@ -302,7 +308,12 @@ def _window(rows: list[dict[str, Any]], frame: pl.DataFrame, w: Window, *, keep:
     return out
 
 
-def _drift(rows: list[dict[str, Any]], key: str, group_by: str | None) -> tuple[list[dict[str, Any]], list[str]] | None:
+def _group(r: dict[str, Any], group_by: tuple[str, ...]) -> str:
+    a = _attrs(r)
+    return "|".join(str(r[k]) if k in r and not k.startswith("_") else str(a.get(k)) for k in group_by)
+
+
+def _drift(rows: list[dict[str, Any]], key: str, group_by: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[str]] | None:
     groups: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # group -> value -> hosts
     for r in rows:
         a = _attrs(r)
@@ -311,7 +322,7 @@ def _drift(rows: list[dict[str, Any]], key: str, group_by: str | None) -> tuple[
             continue
         m = _VERSION_HEAD.match(str(val).strip())
         norm = m.group(0) if m else str(val).strip()
-        groups[str(a.get(group_by)) if group_by else ""][norm].add(host)
+        groups[_group(r, group_by)][norm].add(host)
     culprit_hosts: set[str] = set()
     keep_groups: dict[str, set[str]] = {}
     for g, vals in groups.items():
@@ -329,8 +340,7 @@ def _drift(rows: list[dict[str, Any]], key: str, group_by: str | None) -> tuple[
         return None
     out, seen_majority = [], set()
     for r in rows:
-        a = _attrs(r)
-        g = str(a.get(group_by)) if group_by else ""
+        g = _group(r, group_by)
         if g not in keep_groups:
             continue
         if r["host"] in culprit_hosts:
@@ -339,6 +349,18 @@ def _drift(rows: list[dict[str, Any]], key: str, group_by: str | None) -> tuple[
             seen_majority.add(g)
             out.append(r)
     return out, sorted(culprit_hosts)
+
+
+def _int_list(v: Any) -> list[int]:
+    if isinstance(v, bool) or v is None:
+        return []
+    if isinstance(v, int):
+        return [v]
+    if isinstance(v, str):
+        return [int(x) for x in regex.findall(r"\d+", v)]
+    if isinstance(v, list):
+        return [x for item in v for x in _int_list(item)]
+    return []
 
 
 def _attrs(r: dict[str, Any]) -> dict[str, Any]:
@@ -442,3 +464,25 @@ def hot_gpu(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> DetectorRe
 
 
 DETECTORS: dict[str, Detector] = {"slow_rank": slow_rank, "hot_gpu": hot_gpu}
+
+
+# --- inline examples ------------------------------------------------------------------------
+
+
+def example_events(example: Any) -> pl.DataFrame:
+    """Parse an inline rule example (``tests.hit``/``tests.miss`` item) like the ingest does."""
+    from crashscope.schema import EVENT_SCHEMA
+    from crashscope.testing import parse_text
+
+    frames = []
+    for i, (source, lines, host, rank) in enumerate(example.inputs):
+        df, _ = parse_text(source, "\n".join(lines) + "\n", name=f"example{i}.log", host_hint=host, rank_hint=rank)
+        frames.append(df)
+    return pl.concat(frames) if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def run_example(rule: Rule, example: Any) -> tuple[pl.DataFrame, Finding | None]:
+    events = example_events(example)
+    if events.height == 0:
+        return events, None
+    return events, evaluate_rule(rule, events, expected_ranks=example.expected_ranks)

@@ -50,7 +50,7 @@ REQUIRED: tuple[str, ...] = (
 )
 MATCH_KEYS: tuple[str, ...] = (
     "condition", "within", "not_within", "min_ranks", "min_fraction_of_ranks",
-    "differs_across_hosts", "group_by", "absent", "detector", "detector_args",
+    "differs_across_hosts", "group_by", "absent", "detector", "detector_args", "ranks_from",
 )
 SELECTION_KEYS: tuple[str, ...] = ("kinds", "sources", "severity", "message|re", "message|contains")
 WINDOW_KEYS: tuple[str, ...] = ("selection", "seconds", "direction", "same")
@@ -323,7 +323,8 @@ def build_rule(doc: dict[str, Any], path: str, lines: dict[str, int]) -> tuple[R
         min_ranks=min_ranks,
         min_fraction_of_ranks=float(frac) if frac is not None else None,
         differs_across_hosts=extras.get("differs_across_hosts"),
-        group_by=extras.get("group_by"),
+        group_by=b.strs(extras.get("group_by"), "match.group_by"),
+        ranks_from=b.strs(extras.get("ranks_from"), "match.ranks_from"),
         absent=absent,
         detector=extras.get("detector"),
         detector_args=dargs,
@@ -387,9 +388,10 @@ def _example(b: _Builder, item: Any, key: str) -> Example | None:
             b.err(key, "each example input needs `source:` and a list of `lines:`")
             return None
         for k in inp:
-            if k not in ("source", "lines", "host", "inputs", "expected_ranks"):
-                b.err(key, f"unknown example key {k!r}", "use source, lines, host, inputs, expected_ranks")
-        inputs.append((inp["source"], tuple(str(x) for x in inp["lines"]), inp.get("host")))
+            if k not in ("source", "lines", "host", "rank", "inputs", "expected_ranks"):
+                b.err(key, f"unknown example key {k!r}", "use source, lines, host, rank, inputs, expected_ranks")
+        rank = inp.get("rank")
+        inputs.append((inp["source"], tuple(str(x) for x in inp["lines"]), inp.get("host"), rank if isinstance(rank, int) else None))
     er = item.get("expected_ranks")
     return Example(tuple(inputs), er if isinstance(er, int) else None)
 

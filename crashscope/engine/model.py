@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 STATUSES: tuple[str, ...] = ("experimental", "stable", "deprecated")
 ROLES: tuple[str, ...] = ("cause", "symptom", "context")
-CULPRITS: tuple[str, ...] = ("event", "minority", "absent_ranks", "earliest")
+CULPRITS: tuple[str, ...] = ("event", "minority", "absent_ranks", "earliest", "named_ranks")
 ATTR_OPS: tuple[str, ...] = ("equals", "in", "gte", "lte", "exists", "re", "contains")
 SAME_KEYS: tuple[str, ...] = ("host", "gpu", "rank")
 DIRECTIONS: tuple[str, ...] = ("before", "after", "any")
@@ -58,7 +58,7 @@ class Window:
 class Example:
     """One inline test input: lines of one or more sources, parsed like the ingest does."""
 
-    inputs: tuple[tuple[str, tuple[str, ...], str | None], ...]  # (source, lines, host_hint)
+    inputs: tuple[tuple[str, tuple[str, ...], str | None, int | None], ...]  # (source, lines, host_hint, rank_hint)
     expected_ranks: int | None = None
 
 
@@ -94,7 +94,8 @@ class Rule:
     min_ranks: int | None = None
     min_fraction_of_ranks: float | None = None
     differs_across_hosts: str | None = None  # attrs key whose value must agree across hosts
-    group_by: str | None = None  # attrs key grouping the comparison (e.g. component)
+    group_by: tuple[str, ...] = ()  # attrs keys or columns grouping the comparison (component, source)
+    ranks_from: tuple[str, ...] = ()  # attrs keys holding rank lists, for culprit: named_ranks
     absent: str | None = None  # selection name: ranks that did NOT report it are the culprit
     detector: str | None = None  # name in evaluate.DETECTORS
     detector_args: Mapping[str, Any] = field(default_factory=dict)

@@ -143,7 +143,7 @@ class UnknownSource(Validator):
             out += [self.issue(rule, f"match.{n}.sources", f"unknown source {s!r}", fix) for s in sel.sources if s not in SOURCE_NAMES]
         for tier, exs in (("hit", rule.tests.hit), ("miss", rule.tests.miss)):
             for i, ex in enumerate(exs):
-                for src, _, _ in ex.inputs:
+                for src, *_ in ex.inputs:
                     if src not in SOURCE_NAMES:
                         out.append(self.issue(rule, f"tests.{tier}.{i}", f"example source {src!r} unknown", fix))
                     elif rule.sources and src not in rule.sources and tier == "hit":
@@ -217,6 +217,8 @@ class Culprit(Validator):
     def validate(self, rule: Rule) -> list[Issue]:
         if rule.culprit == "minority" and not rule.differs_across_hosts:
             return [self.issue(rule, "culprit", "culprit: minority needs match.differs_across_hosts", "add `differs_across_hosts: version` or use culprit: event")]
+        if rule.culprit == "named_ranks" and not rule.ranks_from:
+            return [self.issue(rule, "culprit", "culprit: named_ranks needs match.ranks_from", "add `ranks_from: [lagging_ranks]`")]
         if rule.culprit == "absent_ranks" and not rule.absent:
             return [self.issue(rule, "culprit", "culprit: absent_ranks needs match.absent", "add `absent: <selection>` or use culprit: event")]
         return []

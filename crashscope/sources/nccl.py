@@ -48,7 +48,8 @@ present, ``srun_task``, ``trace_ms``; WARN-derived events have ``file``, ``line_
 * nccl_error: propagation stacks (consecutive ``file:line -> code`` INFO lines of one
   thread collapsed into one event at the innermost frame): ``code``, ``result``
   (ncclResult_t name), ``file``, ``line_in_src``, ``func``, ``errno_text``, ``frames``,
-  ``outer_code``, ``async``; version mismatch: ``rank``, ``version``, ``rank2``,
+  ``outer_code``, ``async``, ``warn_line`` (the WARN of the same thread it unwinds
+  from); version mismatch: ``rank``, ``version``, ``rank2``,
   ``version2`` (decoded "2.18.5"), ``version_code``/``version2_code``; other WARNs:
   ``file``, ``line_in_src``, ``func``, ``call``/``errno_text`` for ``Call to X failed``.
 * cuda_error / cuda_oom: ``error`` (cudaGetErrorString text), ``code`` (driver API only),
@@ -515,7 +516,8 @@ class NcclSource(LineSource):
         frame = f"{m.group('file')}:{m.group('line')}"
         code = int(m.group("code"))
         st = stacks.get(key)
-        if st is not None and lineno - st["last"] <= _STACK_GAP:
+        # A frame already in the open stack means a new failure is unwinding the same path.
+        if st is not None and lineno - st["last"] <= _STACK_GAP and frame not in st["frames"] and len(st["frames"]) < 64:
             st["frames"].append(frame)
             st["outer_code"] = code
             st["last"] = lineno

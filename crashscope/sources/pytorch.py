@@ -202,7 +202,8 @@ _SEV = {"F": Severity.CRITICAL, "C": Severity.CRITICAL, "E": Severity.ERROR, "W"
 _LVL = {"DEBUG": Severity.DEBUG, "INFO": Severity.INFO, "WARNING": Severity.WARNING, "ERROR": Severity.ERROR,
         "CRITICAL": Severity.CRITICAL}
 
-_MAX_TB_GAP = 400  # lines between two lines of one traceback (other ranks interleave)
+_MAX_TB_GAP = 400  # lines between two lines of one prefixed traceback (other ranks interleave)
+_MAX_TB_GAP_BARE = 8  # same without prefix: code and ^^^ lines only
 _PID_MAX = 4_194_304  # torch<=2.3 glog field is a thread id, not a pid
 
 
@@ -437,16 +438,33 @@ class _Parser:
                 self.add(_Ev(Kind.EXCEPTION, message=short, severity=Severity.ERROR, attrs=attrs, **base))
             return
 
+        # the C++ runtime's last words; what() repeats the exception text of the c10 line
+        if tm := _TERMINATE.match(short):
+            self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=Severity.CRITICAL,
+                         attrs={"what": "terminate", "exception_type": tm.group("type")}, **base))
+            return
+        if wm := _WHAT.match(text):
+            what = wm.group("what")
+            prev = self.last_ev_for_line.get(n - 1)
+            if prev is not None and prev.attrs.get("what") == "terminate":
+                prev.attrs["exception"] = what
+                if pm := _PG_PREFIX.search(what):
+                    prev.attrs.setdefault("pg_rank", int(pm.group("rank")))
+                    if prev.rank is None and (pm.group("id") or pm.group("id2")) == "0":
+                        prev.rank = int(pm.group("rank"))
+                if ww := _WORK.search(what):
+                    prev.attrs.update(self._work_attrs(ww))
+                self._nccl_attrs(what, prev.attrs, base)
+            self._cuda_error(n, what, base)
+            return
+
         # watchdog / c10d catalogue
-        if "Watchdog caught collective operation timeout" in msg:
+        if "Watchdog caught collective operation timeout" in msg and "terminated with exception" not in msg:
             attrs = dict(pg)
             if wm := _WORK.search(msg):
                 attrs.update(self._work_attrs(wm))
             else:
                 self.ctx.warn("pytorch: collective timeout without WorkNCCL(...)", n, text)
-            # the same text is also the watchdog exception / DistBackendError text
-            if "terminated with exception" in msg:
-                attrs["what"] = "watchdog_terminated"
             self.add(_Ev(Kind.COLLECTIVE_TIMEOUT, message=short, severity=sev or Severity.ERROR, attrs=attrs, **base))
             return
         if fm := _FAILURE_DETECTED.search(msg):
@@ -486,29 +504,15 @@ class _Parser:
             attrs = dict(pg, what=watch or "nccl_error")
             if watch == "watchdog_terminated":
                 attrs["exception"] = msg.split("terminated with exception:", 1)[1].strip()
+                # the exception is often the collective timeout itself: keep its WorkNCCL facts
+                if wm := _WORK.search(msg):
+                    attrs.update(self._work_attrs(wm))
             self._nccl_attrs(msg, attrs, base)
             severity = Severity.CRITICAL if watch == "taking_down" else (sev or Severity.ERROR)
             if watch == "stack_trace":
                 severity = sev or Severity.INFO
             self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=severity, attrs=attrs, **base))
             self._cuda_error(n, msg, base)
-            return
-
-        if tm := _TERMINATE.match(short):
-            self.add(_Ev(Kind.WATCHDOG_ERROR, message=short, severity=Severity.CRITICAL,
-                         attrs={"what": "terminate", "exception_type": tm.group("type")}, **base))
-            return
-        if wm := _WHAT.match(text):
-            what = wm.group("what")
-            prev = self.last_ev_for_line.get(n - 1)
-            if prev is not None and prev.attrs.get("what") == "terminate":
-                prev.attrs["exception"] = what
-                if pm := _PG_PREFIX.search(what):
-                    prev.attrs.setdefault("pg_rank", int(pm.group("rank")))
-                if ww := _WORK.search(what):
-                    prev.attrs.update(self._work_attrs(ww))
-                self._nccl_attrs(what, prev.attrs, base)
-            self._cuda_error(n, what, base)
             return
 
         # torchrun agent
@@ -676,7 +680,10 @@ class _Parser:
     # -- python tracebacks -----------------------------------------------------------------
     def _tb_line(self, n: int, key: tuple, text: str, prefix) -> bool:
         tb = self.tb.get(key)
-        if tb is not None and n - tb.last > _MAX_TB_GAP:
+        # without a launcher prefix the lines of one traceback are near each other (code and
+        # caret lines between frames); with one, other ranks' lines interleave
+        gap = _MAX_TB_GAP if any(k is not None for k in key) else _MAX_TB_GAP_BARE
+        if tb is not None and n - tb.last > gap:
             self._close_tb(key, truncated=tb.exc is None)
             tb = None
         if _TB_START.match(text):

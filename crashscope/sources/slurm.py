@@ -372,10 +372,14 @@ class _State:
             return
         if daemon and self._daemon(n, text, level, time, quality, stepid):
             return
+        if "*** JOB " in text or "*** STEP " in text:
+            self.ctx.warn("slurm: unrecognised or truncated slurmstepd banner", n, raw)
         if level in ("error", "fatal") and (daemon or prog):
+            attrs = {"level": level, "text": text}
+            if prog:
+                attrs["program"] = prog
             self.emit(Kind.LOG_ERROR, n, full, severity=Severity.CRITICAL if level == "fatal" else Severity.ERROR,
-                     time=time, time_quality=quality, job_id=_job_id_of(stepid),
-                     attrs={"level": level, "text": text, "program": prog})
+                     time=time, time_quality=quality, job_id=_job_id_of(stepid), attrs=attrs)
             return
         # a line the prefilter caught but nothing recognised: not ours (e.g. quoted text)
 
@@ -409,9 +413,12 @@ class _State:
             else:
                 reason = up
         stamp = m.group("t") or m.group("t2") or m.group("t3")
-        if stamp:
+        if stamp and time is None:
+            # In job output the banner stamp is the only time. In slurmd.log the line's own
+            # stamp is the same instant with ms (and maybe a zone), so it wins. A stamp that
+            # SLURM_TIME_FORMAT reshaped does not parse and leaves time None.
             t, q = iso_to_ns(stamp, self.ctx)
-            if t is not None:  # SLURM_TIME_FORMAT may have changed the shape: keep the line's
+            if t is not None:
                 time, quality = t, q
         if entity == "job":
             job_id, step = ident, None
@@ -607,7 +614,8 @@ class _State:
             if "JobName" in kv or "UserId" in kv:
                 ctx.warn("slurm: scontrol/jobcomp record without JobState", b["line"], b["raw"])
             return
-        fmt = "jobcomp" if "Name" in kv and "NodeCnt" in kv else "scontrol"
+        # jobcomp/filetxt: "JobId=N UserId=..."; scontrol: "JobId=N [Array..|Het..] JobName=..."
+        fmt = "jobcomp" if regex.match(r"JobId=\d+ UserId=", b["raw"]) else "scontrol"
         state = state_raw.split()[0]
         attrs: dict[str, Any] = {"format": fmt, "job_id": job, "state": state}
         if kv.get("ArrayJobId") and kv.get("ArrayTaskId"):

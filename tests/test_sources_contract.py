@@ -1,0 +1,73 @@
+"""One contract over every registered source (pygments' test_basic_api idea)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import random
+
+import polars as pl
+import pytest
+import regex
+
+import crashscope.sources as registry
+from crashscope.schema import EVENT_SCHEMA, SOURCE_NAMES
+from crashscope.sources import SOURCES
+from crashscope.sources.base import FileSource, LineSource
+from crashscope.testing import parse_text
+
+IDS = [s.name for s in SOURCES]
+
+
+def test_every_module_is_registered_and_named_in_the_schema() -> None:
+    modules = {m.name for m in pkgutil.iter_modules(registry.__path__) if m.name != "base"}
+    registered = {type(s).__module__.rsplit(".", 1)[-1] for s in SOURCES}
+    assert modules == registered, "a module in crashscope/sources is missing from SOURCES (or the reverse)"
+    assert tuple(s.name for s in SOURCES) == SOURCE_NAMES
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=IDS)
+def test_metadata(src) -> None:  # type: ignore[no-untyped-def]
+    assert src.name and src.description
+    assert isinstance(src, (LineSource, FileSource))
+    assert importlib.import_module(type(src).__module__).__doc__, "module docstring with real sample lines"
+    if isinstance(src, LineSource):
+        regex.compile(src.prefilter)
+        pl.Series(["x"]).str.contains(src.prefilter)  # must compile in Rust's regex too
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=IDS)
+def test_empty_input_gives_empty_frame_with_schema(src) -> None:  # type: ignore[no-untyped-def]
+    df, warnings = parse_text(src.name, b"")
+    assert df.schema == EVENT_SCHEMA
+    assert df.height == 0
+    assert src.sniff("", "empty.log") == 0
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=IDS)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_bytes_never_raise(src, seed: int) -> None:  # type: ignore[no-untyped-def]
+    rnd = random.Random(seed)
+    blob = bytes(rnd.getrandbits(8) for _ in range(20_000))
+    df, _ = parse_text(src.name, blob)
+    assert df.schema == EVENT_SCHEMA
+    score = src.sniff(blob.decode("utf-8", "replace"), "blob.bin")
+    assert 0.0 <= score < 0.5
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=IDS)
+def test_truncated_golden_inputs_never_raise_and_times_are_utc(src) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    cases = sorted((Path(__file__).parent / "golden" / src.name).glob("*"))
+    cases = [c for c in cases if ".expected." not in c.name and c.is_file()]
+    if not cases:
+        pytest.skip(f"no golden inputs for {src.name} yet")
+    for case in cases:
+        data = case.read_bytes()
+        for cut in (len(data) // 3, len(data) // 2, len(data) - 7):
+            df, _ = parse_text(src.name, data[: max(cut, 0)])
+            assert df.schema == EVENT_SCHEMA
+        df, _ = parse_text(src.name, data)
+        assert df["time"].dtype == pl.Datetime("ns", "UTC")
+        assert df["line"].null_count() == 0 or src.name in ("sacct", "gpu_csv", "nvidia_smi", "versions", "torchelastic")
