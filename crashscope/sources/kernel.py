@@ -246,7 +246,7 @@ _WALL = regex.compile(
     regex.VERBOSE,
 )
 _MONO = regex.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
-_CALLER = regex.compile(r"^\[[TC]\d+\]\s?")
+_CALLER = regex.compile(r"^\[\s*[TC]\d+\]\s?")
 _HOST_KERNEL = regex.compile(r"^(?P<host>[\w.:-]+)\skernel:\s?")
 # Another daemon's syslog line: "host ident[pid]: " (bsd stamps always have host+ident).
 _HOST_OTHER = regex.compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)(?:\[\d+\])?:\s")

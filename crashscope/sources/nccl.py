@@ -58,6 +58,7 @@ present, ``srun_task``, ``trace_ms``; WARN-derived events have ``file``, ``line_
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 import regex
@@ -352,8 +353,6 @@ class NcclSource(LineSource):
             y, mo, d, hh, mi, ss = (int(m.group(k)) for k in ("y", "mo", "d", "hh", "mi", "ss"))
             zone = m.group("zone")
             if zone:
-                from datetime import datetime, timedelta, timezone
-
                 try:
                     if zone in ("Z", "UTC"):
                         tz = timezone.utc

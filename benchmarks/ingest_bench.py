@@ -1,0 +1,130 @@
+"""Ingest benchmark: crashscope analyze vs grep over the same simulated 1,024-rank job.
+
+Generates jobs with the fault simulator (128 nodes x 8 GPUs, NCCL INFO chatter at the
+volume needed to reach each target size), then in the same run measures:
+
+* ``crashscope analyze DIR --format json`` end to end: wall time, MB/s, peak RSS;
+* ``grep -rcE PATTERN DIR`` with the key patterns (the hand-grep baseline): wall time;
+* ``crashscope --help`` start-up time.
+
+Usage:
+    python benchmarks/ingest_bench.py --sizes 2 8 --out /tmp/crashscope-bench
+    python benchmarks/ingest_bench.py --sizes 0.2 --out /tmp/cs-bench-small   # quick look
+
+Targets (2-core machine): analyze >= 250 MB/s and <= 4x grep's time; peak RSS < 1.5 GB
+and flat from 2 GB to 8 GB; --help < 0.5 s. The generated jobs are kept in --out for
+reuse (pass --reuse); they are never inside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# What a person greps for when a job dies; the baseline crashscope must not be slower than 4x of.
+GREP_PATTERN = (
+    r"NCCL WARN|Watchdog caught|Xid|CANCELLED AT|srun: error|Traceback|out of memory|"
+    r"not responding|blocked for more than|oom-kill|Init COMPLETE|NCCL version"
+)
+
+
+def du_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def timed(cmd: list[str], *, stdout: int | None = subprocess.DEVNULL) -> dict[str, float]:
+    """Run under GNU time: wall seconds and peak RSS (MB) of the command itself."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M %e", *cmd], stdout=stdout, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "0 0"
+    m = re.match(r"(\d+) ([\d.]+)", last)
+    rss_kb = int(m.group(1)) if m else 0
+    return {"wall_s": round(wall, 3), "rss_mb": round(rss_kb / 1024, 1), "rc": proc.returncode}
+
+
+def generate(out: Path, target_gb: float, reuse: bool) -> Path:
+    from crashscope.simulate import simulate
+
+    job = out / f"job_{target_gb:g}GB"
+    if reuse and (job / "truth.json").exists():
+        return job
+    if job.exists():
+        shutil.rmtree(job)
+    # Volume per rank calibrated from a small probe so the job lands near the target size.
+    probe = out / "probe"
+    if probe.exists():
+        shutil.rmtree(probe)
+    simulate(probe, cause="fabric_timeout", nodes=128, gpus_per_node=8, seed=7, nccl_info_volume=100, layout="per_rank")
+    probe_bytes = du_bytes(probe)
+    shutil.rmtree(probe)
+    base = 0
+    simulate(probe, cause="fabric_timeout", nodes=128, gpus_per_node=8, seed=7, nccl_info_volume=0, layout="per_rank")
+    base = du_bytes(probe)
+    shutil.rmtree(probe)
+    per_unit = max(1.0, (probe_bytes - base) / 100)
+    volume = max(1, int((target_gb * 1e9 - base) / per_unit))
+    t0 = time.perf_counter()
+    simulate(job, cause="fabric_timeout", nodes=128, gpus_per_node=8, seed=7, nccl_info_volume=volume, layout="per_rank")
+    gen_s = time.perf_counter() - t0
+    print(f"generated {job} ({du_bytes(job) / 1e9:.2f} GB) in {gen_s:.1f} s", file=sys.stderr)
+    return job
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", type=float, default=[2.0, 8.0], help="job sizes in GB")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/crashscope-bench"))
+    ap.add_argument("--reuse", action="store_true", help="reuse generated jobs in --out")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    exe = shutil.which("crashscope") or sys.executable
+    cli = [exe] if exe.endswith("crashscope") else [sys.executable, "-m", "crashscope"]
+
+    helps = [timed([*cli, "--help"])["wall_s"] for _ in range(3)]
+    results = {"help_s": min(helps), "cpus": os.cpu_count(), "runs": []}
+    for gb in args.sizes:
+        job = generate(args.out, gb, args.reuse)
+        size = du_bytes(job)
+        # Warm the page cache the same way for both tools.
+        subprocess.run(["grep", "-rcE", "zzzz_never", str(job)], stdout=subprocess.DEVNULL)
+        grep = timed(["grep", "-rcE", GREP_PATTERN, str(job)])
+        report_path = args.out / f"report_{gb:g}GB.json"
+        with open(report_path, "w") as fh:
+            cs = timed([*cli, "analyze", str(job), "--format", "json"], stdout=fh.fileno())
+        report = json.loads(report_path.read_text())
+        run = {
+            "size_gb": round(size / 1e9, 3),
+            "files": report.get("analysis", {}).get("files"),
+            "crashscope_s": cs["wall_s"],
+            "crashscope_mb_s": round(size / 1e6 / cs["wall_s"], 1),
+            "crashscope_rss_mb": cs["rss_mb"],
+            "grep_s": grep["wall_s"],
+            "ratio_to_grep": round(cs["wall_s"] / max(grep["wall_s"], 1e-3), 2),
+            "cause": report.get("cause"),
+            "implicated_nodes": report.get("implicated", {}).get("nodes"),
+        }
+        results["runs"].append(run)
+        print(json.dumps(run), file=sys.stderr)
+    print(f"\ncrashscope --help: {results['help_s']:.3f} s (best of 3)")
+    print(f"{'size GB':>8} {'files':>6} {'analyze s':>10} {'MB/s':>8} {'peak RSS MB':>12} {'grep s':>8} {'x grep':>7}  cause")
+    for r in results["runs"]:
+        print(f"{r['size_gb']:>8} {r['files']!s:>6} {r['crashscope_s']:>10} {r['crashscope_mb_s']:>8} {r['crashscope_rss_mb']:>12} {r['grep_s']:>8} {r['ratio_to_grep']:>7}  {r['cause']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
