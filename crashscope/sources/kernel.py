@@ -433,6 +433,7 @@ _AER = regex.compile(
         \ error(?:\ message)?\ received(?::\ |\ from\ )(?P<src>(?:id=)?[0-9a-fA-F:.]+)""",
     regex.VERBOSE,
 )
+_AER_SEVERITY = {"corrected": Severity.WARNING, "non_fatal": Severity.ERROR, "fatal": Severity.CRITICAL}
 _AER_DETAIL = regex.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+)")
 
 _MCE = regex.compile(r"mce: \[Hardware Error\]: CPU (?P<cpu>\d+): Machine Check(?: Exception)?: (?P<code>\S+) Bank (?P<bank>\d+): (?P<status>[0-9a-fA-F]{16})")
@@ -451,7 +452,7 @@ _SEGV = regex.compile(
         \ sp\ (?P<sp>[0-9a-fA-F]+)\ error\ (?P<err>[0-9a-fA-F]+)(?:\ in\ (?P<lib>[^\[\s]+)\[)?""",
     regex.VERBOSE,
 )
-_TRAP = regex.compile(r"traps: (?P<comm>[^\[]+)\[(?P<pid>\d+)\] (?P<what>general protection fault|trap [\w ]+?) ip:(?P<ip>[0-9a-fA-F]+).*?(?: in (?P<lib>[^\[\s]+)\[)?")
+_TRAP = regex.compile(r"traps: (?P<comm>[^\[]+)\[(?P<pid>\d+)\] (?P<what>general protection fault|trap [\w ]+?) ip:(?P<ip>[0-9a-fA-F]+)(?:.*? in (?P<lib>[^\[\s]+)\[)?")
 
 _SCHED_FRAMES = {
     "__schedule", "schedule", "schedule_timeout", "io_schedule", "io_schedule_timeout", "schedule_preempt_disabled",
@@ -700,8 +701,7 @@ class _Parser:
             self.block = _Pending(Kind.PCIE_ERROR, n, msg.strip(), info, {
                 "severity": sev_attr, "device": normalize_pci(m.group("dev")) if m.group("dev") else None, "driver": m.group("driver"),
                 "source_device": normalize_pci(src) or src,
-            }, Severity.WARNING if sev_attr.endswith("corrected") else (Severity.CRITICAL if sev_attr.endswith("_fatal") and "non" not in sev_attr else Severity.ERROR),
-                last_line=n)
+            }, _AER_SEVERITY[sev_attr.removeprefix("multiple_")], last_line=n)
             return
         if "mce: " in msg or "Machine check" in msg or "EDAC " in msg:
             self.mce(n, msg, info)

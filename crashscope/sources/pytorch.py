@@ -333,6 +333,7 @@ class _Parser:
         self.rc: dict[tuple, _Rc] = {}
         self.desync: _Desync | None = None
         self.last_ev_for_line: dict[int, _Ev] = {}  # event a following continuation line may enrich
+        self.by_line: dict[int, list[_Ev]] = {}
         self.prev_n = -10
         self.versions: set[tuple] = set()
 
@@ -340,6 +341,7 @@ class _Parser:
     def add(self, ev: _Ev) -> _Ev:
         self.events.append(ev)
         self.last_ev_for_line[ev.line] = ev
+        self.by_line.setdefault(ev.line, []).append(ev)
         return ev
 
     def yearless(self, md: str, hms: str, ns: int = 0) -> tuple[int | None, Any]:
@@ -358,7 +360,7 @@ class _Parser:
         # continuation of a multi-line NCCL error message ("ncclSystemError: ...")
         m = _NCCL_ENUM.match(text.strip())
         if m and n - 1 == prev_n:
-            targets = [ev for ev in self.events if ev.line == n - 1 and "nccl_result" in ev.attrs]
+            targets = [ev for ev in self.by_line.get(n - 1, ()) if "nccl_result" in ev.attrs]
             tb = self.tb.get(key)
             if tb is not None and tb.exc is not None and tb.exc.line == n - 1 and "nccl_result" in tb.exc.attrs:
                 targets.append(tb.exc)

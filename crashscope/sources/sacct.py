@@ -206,8 +206,8 @@ class SacctSource(FileSource):
                     ctx.warn(f"sacct: bad {key}", n, v)
         if "exit_code" in attrs:
             sig = int(attrs["exit_code"].split(":")[1])
-            if sig:
-                attrs["signal"] = SIGNAL_NUM.get(sig, str(sig))
+            if 0 < sig < 65:  # OUT_OF_MEMORY steps show 0:125, which is no signal
+                attrs["signal"] = SIGNAL_NUM.get(sig, f"SIG{sig}")
         nodelist = get.get("nodelist")
         if nodelist is not None and nodelist not in _EMPTY:
             nodes, ok = expand(nodelist)
@@ -348,7 +348,7 @@ class SacctSource(FileSource):
             if isinstance(rng, str) and rng not in _EMPTY:
                 sattrs["nodes"], _ = expand(rng)
                 sattrs["nodelist"] = rng
-            elif isinstance(nodes, dict) and isinstance(nodes.get("list"), list):
+            elif isinstance(nodes, dict) and isinstance(nodes.get("list"), list) and nodes["list"]:
                 sattrs["nodes"] = [str(x) for x in nodes["list"]]
             if isinstance(name_v, str) and name_v:
                 sattrs["name"] = name_v
@@ -362,7 +362,7 @@ class SacctSource(FileSource):
             msg += f" State={state}" if msg.startswith("sacct:") else ""
         if "exit_code" in attrs and msg.startswith("sacct:"):
             msg += f" ExitCode={attrs['exit_code']}"
-        sev = Severity.ERROR if state in FAIL_STATES else Severity.INFO
+        sev = Severity.ERROR if state in FAIL_STATES else Severity.WARNING if state == "REQUEUED" else Severity.INFO
         ctx.emit(Kind.JOB_STATE, n, msg, severity=sev, time=time, time_quality=quality,
                  job_id=attrs.get("job_id"), attrs=attrs)
 

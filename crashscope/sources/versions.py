@@ -12,7 +12,7 @@ Recognised lines (fictitious values)::
     Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (...)           (/proc/version)
     Cuda compilation tools, release 12.4, V12.4.131                            (nvcc --version)
     slurm 24.05.3                                                              (sinfo -V)
-    btime 1789600000                                                           (/proc/stat)
+    btime 1789300000                                                           (/proc/stat)
     torch==2.5.1 / nvidia-nccl-cu12==2.21.5                                    (pip freeze)
     torch                     2.5.1+cu124                                      (pip list, after its header)
     2.5.1+cu124 12.4 (2, 21, 5)      (python -c 'import torch; print(torch.__version__,
@@ -31,7 +31,7 @@ crashscope's prolog/epilog collector; every key is optional::
      "ofed": "23.10-1.1.9.0",
      "kernel": "5.15.0-91-generic",
      "slurm": "24.05.3",
-     "btime": 1789600000,                # /proc/stat btime, epoch seconds
+     "btime": 1789300000,                # /proc/stat btime, epoch seconds
      "timezone": "Europe/Berlin",        # the node's zone for its local-time logs
      "packages": {"deepspeed": "0.15.1"}}  # further name -> version pairs
 
@@ -101,6 +101,8 @@ _NVCC = regex.compile(r"^Cuda compilation tools, release (?P<rel>\d+\.\d+), V(?P
 _SLURM = regex.compile(r"^slurm(?:-wlm)? (?P<ver>\d+\.\d+\.\d+\S*)$")
 _BTIME = regex.compile(r"^btime (?P<s>\d{9,11})$")
 _FREEZE = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<ver>[^\s;#]+)")
+# "name @ file:///.../name-1.2.3-cp311-...whl" (pip freeze of a wheel install)
+_FREEZE_WHEEL = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s@\s\S*/[A-Za-z0-9_.]+-(?P<ver>\d[^-/\s]*)-[^/\s]*\.whl$")
 _PIP_LIST_HEAD = regex.compile(r"^Package\s+Version(?:\s+.*)?$")
 _PIP_LIST_ROW = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+(?P<ver>\d[^\s]*)(?:\s+.*)?$")
 _CONDA_HEAD = regex.compile(r"^#\s*Name\s+Version\s+Build")
@@ -259,7 +261,7 @@ def _parse_text(text: str, ctx: ParseContext) -> None:
                 else:
                     ver(n, "nccl", ".".join(regex.findall(r"\d+", val)), line)
                 continue
-            m = _FREEZE.match(line)
+            m = _FREEZE.match(line) or _FREEZE_WHEEL.match(line)
             if m:
                 comp = _component(m.group("name"))
                 if comp:

@@ -1,0 +1,349 @@
+"""Attribution: from rule findings on the aligned timeline to one verdict.
+
+The symptom is not the cause. Watchdog timeouts, "connection closed by peer", SIGABRT
+exits and Slurm's kill of the step are what every rank prints; the cause is the earliest
+anomaly they follow from. So:
+
+1. The failure instant ``t_fail`` is the earliest *symptom* (first collective timeout,
+   first non-zero exit, first cancel banner), else the earliest cause finding, else the
+   job's end.
+2. Cause findings are scored by their rule weight and by *when* they happened relative to
+   ``t_fail``: inside the correlation window (``WINDOW_BEFORE_S`` before to
+   ``WINDOW_AFTER_S`` after) and before the symptoms counts fully; long before (an Xid
+   from last week, an NFS hiccup that recovered) or long after (teardown noise) counts
+   little. Timeless evidence (version drift) counts as in the window.
+3. The trained classifier (if shipped) gives a second opinion from timeline features; the
+   two are blended. Little evidence gives ``unknown`` with what is missing; a completed job
+   with no failure signal gives ``none``.
+4. Other causes seen in the window are reported as co-occurring, not hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+import polars as pl
+
+from crashscope.report.model import EvidenceItem, Report
+from crashscope.schema import CAUSES, Kind
+from crashscope.timeline import Timeline, iso
+
+log = logging.getLogger(__name__)
+
+WINDOW_BEFORE_S = 600.0
+WINDOW_AFTER_S = 300.0
+OLD_EVIDENCE_FACTOR = 0.2  # evidence from before the window (recovered, unrelated)
+LATE_EVIDENCE_FACTOR = 0.35  # evidence from after the window (teardown)
+AFTER_SYMPTOM_FACTOR = 0.8  # in the window but after the first symptom
+MIN_CAUSE_SCORE = 0.3  # below this the rules alone do not name a cause
+RULES_SHARE = 0.65  # blend: rules vs classifier
+UNKNOWN_CONFIDENCE_CAP = 0.5
+FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
+
+CAUSE_TITLES = {
+    "fabric_timeout": "Network fabric failure",
+    "storage_stall": "Storage stall",
+    "driver_drift": "Software/driver version drift",
+    "preemption": "Scheduler preemption or cancellation",
+    "gpu_throttle": "GPU throttling",
+    "gpu_hardware": "GPU hardware fault",
+    "node_failure": "Node failure",
+    "oom": "Out of memory",
+    "software_error": "Software error in the training code",
+    "time_limit": "Job time limit",
+    "unknown": "Unknown",
+    "none": "No failure",
+}
+
+
+def attribute(report: Report, tl: Timeline, *, include_experimental: bool = False, use_classifier: bool = True) -> None:
+    """Fill the verdict fields of ``report`` from the timeline."""
+    from crashscope.engine.evaluate import evaluate
+
+    ev = tl.events
+    try:
+        findings = evaluate(ev, include_experimental=include_experimental, expected_ranks=tl.world_size)
+    except Exception as exc:  # noqa: BLE001 - a rule bug must not cost the report
+        log.exception("rule evaluation failed")
+        report.warnings.append(f"rule evaluation failed ({type(exc).__name__}: {exc}); verdict from the timeline only")
+        findings = []
+    deciding = [f for f in findings if f.status == "stable"]
+    outcome = job_outcome(ev)
+    symptoms = [f for f in deciding if f.role == "symptom"]
+    causes = [f for f in deciding if f.role == "cause"]
+    t_fail = _failure_time(symptoms, causes, ev)
+    scored = sorted(((score_finding(f, t_fail), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
+    per_cause: dict[str, float] = defaultdict(float)
+    best: dict[str, tuple[float, Any]] = {}
+    for s, f in scored:
+        if s <= 0:
+            continue
+        # The strongest finding counts fully, corroborating ones a little (no vote stuffing).
+        per_cause[f.cause] = min(1.0, per_cause[f.cause] + (s if f.cause not in best else 0.1 * s))
+        best.setdefault(f.cause, (s, f))
+
+    failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
+    clf = _classifier(tl, findings) if use_classifier else None
+    report.classifier = clf
+
+    if not failed and outcome in (None, "COMPLETED"):
+        report.cause = "none"
+        report.confidence = 0.95 if outcome == "COMPLETED" else 0.7
+        report.summary = "The job completed normally." if outcome == "COMPLETED" else "No failure signal in the logs (no error exits, timeouts or scheduler kills)."
+        report.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
+        return
+
+    dist = _blend(per_cause, clf)
+    top, p_top = max(dist.items(), key=lambda kv: kv[1]) if dist else ("unknown", 0.0)
+    rules_top = max(per_cause.values()) if per_cause else 0.0
+    if top not in best and (rules_top < MIN_CAUSE_SCORE and (clf is None or p_top < 0.6)):
+        top = "unknown"
+    if top in ("none",) and failed:
+        top = "unknown"
+
+    report.alternatives = [
+        {"cause": c, "probability": round(p, 3)} for c, p in sorted(dist.items(), key=lambda kv: -kv[1]) if c != top and p >= 0.01
+    ][:4]
+    hang_suspects = _hang_suspects(tl)
+    if top == "unknown":
+        report.cause = "unknown"
+        report.confidence = round(min(UNKNOWN_CONFIDENCE_CAP, 1.0 - p_top if dist else 0.5), 3)
+        report.summary = _unknown_summary(symptoms, hang_suspects, report)
+        if hang_suspects:
+            report.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+        report.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
+        if symptoms:
+            first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
+            report.first_failure = _first_failure(first)
+        report.timeline_excerpt = _excerpt(ev, t_fail)
+        return
+
+    primary = best[top][1] if top in best else None
+    same = [f for _, f in scored if f.cause == top]
+    report.cause = top
+    coverage_penalty = 0.9 ** min(len(report.missing), 3)
+    report.confidence = round(max(0.0, min(0.99, p_top * coverage_penalty)), 3)
+    if primary is not None:
+        report.implicated = _implicated(primary, ev)
+        first = _earliest_evidence(primary)
+        if first is not None:
+            report.first_failure = _first_failure(first)
+    elif hang_suspects:
+        report.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+    evidence: list[EvidenceItem] = []
+    for f in same:
+        evidence += [_evidence(f, e) for e in f.evidence[:5]]
+    for f in symptoms:
+        evidence += [_evidence(f, e) for e in f.evidence[:1]]
+    report.evidence = evidence[:25]
+    actions: list[str] = []
+    for f in same:
+        for a in f.actions:
+            if a not in actions:
+                actions.append(a)
+    report.actions = actions[:8]
+    report.co_occurring = [
+        {
+            "cause": f.cause,
+            "rule": f.rule_id,
+            "nodes": list(f.hosts),
+            "time": iso(f.first_time),
+            "file": f.evidence[0].file if f.evidence else None,
+            "line": f.evidence[0].line if f.evidence else None,
+            "score": round(s, 3),
+        }
+        for s, f in scored
+        if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail)
+    ][:6]
+    report.summary = _summary(top, primary, symptoms, tl)
+    report.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
+
+
+def score_finding(f: Any, t_fail: int | None) -> float:
+    """Rule weight scaled by where the evidence sits relative to the failure."""
+    w = float(f.weight)
+    if f.first_time is None or t_fail is None:
+        return w
+    dt = (f.first_time - t_fail) / 1e9
+    if dt < -WINDOW_BEFORE_S:
+        # The latest evidence may still be in the window even if the first is old.
+        last = max((e.time for e in f.evidence if e.time is not None), default=f.first_time)
+        if (last - t_fail) / 1e9 >= -WINDOW_BEFORE_S:
+            return w * AFTER_SYMPTOM_FACTOR
+        return w * OLD_EVIDENCE_FACTOR
+    if dt > WINDOW_AFTER_S:
+        return w * LATE_EVIDENCE_FACTOR
+    return w if dt <= 1.0 else w * AFTER_SYMPTOM_FACTOR
+
+
+def _in_window(t: int | None, t_fail: int | None) -> bool:
+    if t is None or t_fail is None:
+        return True
+    dt = (t - t_fail) / 1e9
+    return -WINDOW_BEFORE_S <= dt <= WINDOW_AFTER_S
+
+
+def _failure_time(symptoms: list[Any], causes: list[Any], ev: pl.DataFrame) -> int | None:
+    times = [f.first_time for f in symptoms if f.first_time is not None]
+    if times:
+        return min(times)
+    times = [f.first_time for f in causes if f.first_time is not None]
+    if times:
+        return min(times)
+    t = ev["time"].drop_nulls()
+    if t.len():
+        from crashscope.timeline import _ns
+
+        return _ns(t.max())
+    return None
+
+
+def job_outcome(ev: pl.DataFrame) -> str | None:
+    """The job's final Slurm state (job row, not steps), if any record says it."""
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    if st.height == 0:
+        return None
+    states: list[tuple[int, str]] = []
+    for attrs, src in st.select("attrs", pl.col("source").cast(pl.String)).iter_rows():
+        try:
+            a = json.loads(attrs or "{}")
+        except ValueError:
+            continue
+        if a.get("step") not in (None, "", "batch"):
+            continue
+        s = str(a.get("state") or "").split()[0].upper() if a.get("state") else ""
+        if s:
+            states.append((0 if src == "sacct" else 1, s))
+    if not states:
+        return None
+    states.sort()
+    return states[0][1]
+
+
+def _has_failure_events(ev: pl.DataFrame) -> bool:
+    bad = ev.filter(
+        pl.col("kind").cast(pl.String).is_in([Kind.COLLECTIVE_TIMEOUT.value, Kind.EXCEPTION.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value])
+    )
+    if bad.height:
+        return True
+    exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
+    for a in exits["attrs"].drop_nulls().to_list():
+        try:
+            d = json.loads(a)
+        except ValueError:
+            continue
+        code = d.get("exitcode")
+        if (code not in (None, 0, "0")) or d.get("signal"):
+            return True
+    return False
+
+
+def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str, float]:
+    rules_total = sum(per_cause.values())
+    rules = {c: v / rules_total for c, v in per_cause.items()} if rules_total > 0 else {}
+    probs = (clf or {}).get("probabilities") or {}
+    if not rules and not probs:
+        return {}
+    if not probs:
+        # Rules alone: sharpen by absolute strength, leave the rest to "unknown".
+        top = max(per_cause.values())
+        return {c: v * min(1.0, 0.55 + 0.45 * top) for c, v in rules.items()}
+    if not rules:
+        return {c: p * 0.7 for c, p in probs.items()}
+    causes = set(rules) | set(probs)
+    return {c: RULES_SHARE * rules.get(c, 0.0) + (1 - RULES_SHARE) * float(probs.get(c, 0.0)) for c in causes}
+
+
+def _classifier(tl: Timeline, findings: list[Any]) -> dict[str, Any] | None:
+    try:
+        from crashscope.classify.features import extract
+        from crashscope.classify.model import load_model
+    except ImportError:
+        return None
+    try:
+        model = load_model()
+        probs = model.predict_proba(extract(tl, findings))
+    except Exception as exc:  # noqa: BLE001 - a missing/old model must not stop the report
+        log.info("classifier unavailable: %s", exc)
+        return None
+    probs = {c: round(float(p), 4) for c, p in probs.items() if c in CAUSES}
+    return {"model": getattr(model, "version", None), "probabilities": dict(sorted(probs.items(), key=lambda kv: -kv[1]))}
+
+
+def _hang_suspects(tl: Timeline) -> list[tuple[str | None, int]]:
+    """Ranks that did not report the timeout every other rank reported."""
+    for g in tl.groups:
+        if g.kind == Kind.COLLECTIVE_TIMEOUT.value and g.missing_ranks:
+            ev = tl.events.filter(pl.col("rank").is_in(g.missing_ranks) & pl.col("host").is_not_null())
+            host_of = dict(ev.group_by("rank").agg(pl.col("host").mode().first()).iter_rows())
+            return [(host_of.get(r), r) for r in g.missing_ranks[:64]]
+    return []
+
+
+def _implicated(f: Any, ev: pl.DataFrame) -> dict[str, list[Any]]:
+    gpus = []
+    index_of = {}
+    inv = ev.filter(pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv"]))
+    for h, g, i in inv.select("host", "gpu", "gpu_index").unique().iter_rows():
+        index_of[(h, g)] = i
+    for host, pci, idx in f.gpus:
+        idx = idx if idx is not None else index_of.get((host, pci))
+        item: dict[str, Any] = {"node": host, "index": idx}
+        if pci:
+            item["pci"] = pci
+        if item not in gpus:
+            gpus.append(item)
+    return {"nodes": sorted(set(f.hosts)), "ranks": sorted(set(int(r) for r in f.ranks)), "gpus": gpus}
+
+
+def _earliest_evidence(f: Any) -> Any:
+    if not f.evidence:
+        return None
+    return min(f.evidence, key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
+
+
+def _first_failure(e: Any) -> dict[str, Any]:
+    return {"time": iso(e.time), "node": e.host, "rank": e.rank, "source": e.source, "message": e.message, "file": e.file, "line": e.line}
+
+
+def _evidence(f: Any, e: Any) -> EvidenceItem:
+    gpu = {"pci": e.gpu, "index": e.gpu_index} if (e.gpu or e.gpu_index is not None) else None
+    return EvidenceItem(
+        rule=f.rule_id, cause=f.cause, time=iso(e.time), node=e.host, rank=e.rank, file=e.file, line=e.line,
+        message=e.message, gpu=gpu, role=f.role, source=e.source, kind=e.kind,
+    )
+
+
+def _excerpt(ev: pl.DataFrame, t: int | None) -> list[dict[str, Any]]:
+    from crashscope.analyze import excerpt_around
+
+    return excerpt_around(ev, t)
+
+
+def _summary(cause: str, primary: Any, symptoms: list[Any], tl: Timeline) -> str:
+    parts = [f"{CAUSE_TITLES.get(cause, cause)}"]
+    if primary is not None:
+        where = ", ".join(primary.hosts[:3]) or "?"
+        ranks = f" (rank {', '.join(str(r) for r in primary.ranks[:4])})" if primary.ranks else ""
+        when = iso(primary.first_time)
+        parts.append(f": {primary.title} on {where}{ranks}" + (f" at {when}" if when else ""))
+    timeouts = next((g for g in tl.groups if g.kind == Kind.COLLECTIVE_TIMEOUT.value), None)
+    if timeouts is not None:
+        parts.append(f"; then {len(timeouts.ranks)} rank(s) timed out in {timeouts.signature} (symptom)")
+    elif symptoms:
+        parts.append(f"; {len(symptoms)} symptom rule(s) followed")
+    return "".join(parts) + "."
+
+
+def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], report: Report) -> str:
+    msg = "The job failed, but no root-cause evidence was found"
+    if symptoms:
+        msg += f" (only symptoms: {', '.join(sorted({f.title for f in symptoms})[:3])})"
+    if suspects:
+        msg += f"; ranks {', '.join(str(r) for _, r in suspects[:8])} never reported the collective timeout everyone else hit: they are the hang suspects"
+    if report.missing:
+        msg += f". Missing: {'; '.join(report.missing[:3])}"
+    return msg + "."

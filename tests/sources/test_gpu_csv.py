@@ -1,0 +1,128 @@
+"""gpu_csv source: nvidia-smi --query-gpu CSV time series."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from crashscope.sources import get_source
+from crashscope.sources.base import ParseOptions
+from crashscope.testing import parse_text
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "gpu_csv"
+UTC_OPTS = ParseOptions(tz=ZoneInfo("UTC"), tz_known=True, year=2026, month=9)
+HEADER = "timestamp, index, pci.bus_id, temperature.gpu, power.draw [W], clocks.sm [MHz], clocks_event_reasons.active"
+
+
+def _events(df, kind=None):
+    rows = df.to_dicts()
+    for r in rows:
+        r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else {}
+    return [r for r in rows if kind is None or r["kind"] == kind]
+
+
+def test_event_reasons_runs_and_telemetry() -> None:
+    df, warns = parse_text("gpu_csv", (GOLDEN / "event_reasons_h100.csv").read_text(), options=UTC_OPTS, host_hint="node002")
+    assert warns == []
+    tel = _events(df, "gpu_telemetry")
+    assert len(tel) == 16
+    t = tel[5]  # GPU 5, third sample
+    assert t["gpu"] == "0000:9a:00.0" and t["gpu_index"] == 5 and t["host"] == "node002"
+    assert t["attrs"]["reasons_mask"] == 0x48 and t["attrs"]["reasons"] == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert t["attrs"]["power_w"] == 402.9 and t["attrs"]["sm_clock_mhz"] == 1095 and t["attrs"]["util"] == 100
+    assert str(t["time"]) == "2026-09-14 08:12:44.127000+00:00" and t["time_quality"] == "exact"
+    thr = _events(df, "gpu_throttle")
+    assert [(e["line"], e["attrs"]["run_samples"]) for e in thr] == [(7, 4), (17, 1)]
+    assert thr[0]["attrs"]["run_end"] == "2026-09-14T08:12:50.130Z" and thr[0]["severity"] == "warning"
+    assert all(e["gpu"] == "0000:9a:00.0" for e in thr)
+
+
+def test_legacy_throttle_names_sentinels_identity() -> None:
+    df, warns = parse_text("gpu_csv", (GOLDEN / "throttle_reasons_nounits_r470.csv").read_text(), options=UTC_OPTS)
+    assert warns == []
+    (v,) = _events(df, "version")
+    assert v["attrs"] == {"component": "driver", "version": "470.129.06"}
+    (inv,) = _events(df, "gpu_inventory")
+    assert inv["attrs"]["name"] == "Tesla V100-SXM2-32GB" and inv["gpu"] == "0000:06:00.0"
+    tel = _events(df, "gpu_telemetry")
+    assert "power_w" not in tel[2]["attrs"]  # [N/A]
+    assert "remapped_rows_pending" not in tel[0]["attrs"]  # [N/A] on V100
+    (thr,) = _events(df, "gpu_throttle")
+    assert thr["attrs"]["reasons"] == ["hw_slowdown", "hw_power_brake_slowdown"] and thr["attrs"]["run_samples"] == 2
+
+
+def test_named_reason_columns_without_mask() -> None:
+    text = ("timestamp, index, clocks_throttle_reasons.hw_slowdown, clocks_throttle_reasons.sw_thermal_slowdown\n"
+            "2026/09/14 08:00:00.000, 1, Not Active, Not Active\n"
+            "2026/09/14 08:00:01.000, 1, Active, Active\n")
+    df, _ = parse_text("gpu_csv", text, options=UTC_OPTS)
+    (thr,) = _events(df, "gpu_throttle")
+    assert thr["gpu_index"] == 1 and thr["gpu"] is None and thr["attrs"]["mask"] == 0x28
+
+
+def test_requires_reset_and_ecc() -> None:
+    text = ("timestamp, index, pci.bus_id, temperature.gpu, ecc.errors.uncorrected.volatile.total\n"
+            "2026/09/14 08:00:00.000, 3, 00000000:5D:00.0, 40, 0\n"
+            "2026/09/14 08:00:05.000, 3, 00000000:5D:00.0, 41, 2\n"
+            "2026/09/14 08:00:10.000, 3, 00000000:5D:00.0, 41, 2\n"
+            "2026/09/14 08:00:15.000, 3, 00000000:5D:00.0, [GPU requires reset], [GPU requires reset]\n")
+    df, _ = parse_text("gpu_csv", text, options=UTC_OPTS)
+    (ecc,) = _events(df, "gpu_ecc")
+    assert ecc["line"] == 3 and ecc["severity"] == "critical" and ecc["attrs"]["volatile_uncorrected"] == 2
+    (err,) = _events(df, "log_error")
+    assert err["severity"] == "critical" and err["gpu"] == "0000:5d:00.0" and err["line"] == 5
+
+
+def test_local_zone_conversion() -> None:
+    text = HEADER + "\n2026/09/14 08:12:44.123, 0, 00000000:18:00.0, 60, 650.00 W, 1980 MHz, 0x0000000000000000\n"
+    df, _ = parse_text("gpu_csv", text, options=ParseOptions(tz=ZoneInfo("America/New_York"), tz_known=True, year=2026))
+    (t,) = _events(df, "gpu_telemetry")
+    assert str(t["time"]) == "2026-09-14 12:12:44.123000+00:00" and t["time_quality"] == "exact"
+
+
+def test_noheader_is_skipped_with_warning() -> None:
+    df, warns = parse_text("gpu_csv", (GOLDEN / "noheader_skipped.csv").read_text())
+    assert df.height == 0 and len(warns) == 1 and "header" in warns[0].reason
+    assert get_source("gpu_csv").sniff((GOLDEN / "noheader_skipped.csv").read_text(), "gpu.csv") == 0.4
+
+
+def test_bad_input_never_raises() -> None:
+    good = (GOLDEN / "event_reasons_h100.csv").read_text()
+    truncated = good[:-40]  # last row cut mid-field
+    df, warns = parse_text("gpu_csv", truncated, options=UTC_OPTS)
+    assert len(_events(df, "gpu_telemetry")) == 15 and len(warns) == 1 and warns[0].line == 17
+    garbage = good.encode() + b"\x00\xff\xfe garbage, \x80\x81\n" + good.encode().split(b"\n", 1)[0] + b"\n"  # + repeated header
+    df, warns = parse_text("gpu_csv", garbage, options=UTC_OPTS)
+    assert len(_events(df, "gpu_telemetry")) == 16
+    for data in (b"", b"\n", bytes(range(256)) * 10, (HEADER + "\n").encode(), (HEADER + "\nnot, a, row\n").encode(),
+                 (HEADER + "\n2026/99/99 99:99:99.000, x, y, z, w, v, 0xZZ\n").encode()):
+        parse_text("gpu_csv", data)
+
+
+def test_other_sources_lines_give_nothing() -> None:
+    other = "[rank3]: RuntimeError: CUDA error: out of memory\nnode001:12:34 [3] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>\n"
+    df, warns = parse_text("gpu_csv", other)
+    assert df.height == 0 and len(warns) == 1
+    src = get_source("gpu_csv")
+    assert src.sniff(other, "slurm-1.out") == 0.0
+    assert src.sniff(HEADER + "\n", "gpu.csv") == 0.95
+    assert src.sniff("gpu_uuid, remapped_rows.correctable, remapped_rows.uncorrectable\n", "rr.csv") == 0.8
+    assert src.sniff("name,age\nbob,3\n", "people.csv") == 0.0
+
+
+def test_large_file_is_fast() -> None:
+    rows = [HEADER]
+    for i in range(50_000):
+        for g, bus in ((0, "18"), (1, "2A")):
+            mask = "0x0000000000000048" if g == 1 and 20_000 <= i < 20_100 else "0x0000000000000000"
+            rows.append(f"2026/09/14 {8 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.{g:03d}, {g}, 00000000:{bus}:00.0, 60, 650.00 W, 1980 MHz, {mask}")
+    t0 = time.perf_counter()
+    df, warns = parse_text("gpu_csv", "\n".join(rows) + "\n", options=UTC_OPTS)
+    elapsed = time.perf_counter() - t0
+    assert warns == []
+    assert df.height == 100_000 + 2 + 1  # telemetry + inventory + one throttle run
+    (thr,) = _events(df.filter(df["kind"] == "gpu_throttle"))
+    assert thr["attrs"]["run_samples"] == 100
+    assert elapsed < 20, elapsed
