@@ -104,6 +104,9 @@ _SYSLOG = regex.compile(
         (?:\[(?P<stepid>\d[\w.+]*(?:\ stepmgr)?)\]\ )?(?P<rest>.*)$""",
     regex.VERBOSE,
 )
+# LogTimeFormat shapes only (iso8601[_ms], rfc5424[_ms], rfc3339, short): a Python logger's
+# "[2026-09-14 08:12:44,123]" is not a Slurm daemon line.
+_SLURM_TS = regex.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3,6})?(?:Z|[+-]\d\d:\d\d)?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)$")
 _SHORT_TS = regex.compile(r"(?P<mon>[A-Z][a-z]{2})\ +(?P<d>\d{1,2})\ (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?$")
 _PROG = regex.compile(r"^(?P<prog>slurmstepd(?:-[\w.-]+)?|srun|slurmd|slurmctld|sbatch|salloc):\ ")
 _LEVEL = regex.compile(r"^(?P<lvl>fatal|error|warning|debug\d?|verbose):\ +")
@@ -298,7 +301,7 @@ class _State:
             text = msg
         else:
             m = _DAEMON.match(text)
-            if m:
+            if m and _SLURM_TS.match(m.group("ts")):
                 t, q = self._ts(m.group("ts"))
                 if t is not None:
                     time, quality, daemon = t, q, True
