@@ -267,10 +267,10 @@ def _frac_ns(frac: str | None) -> int:
     return int((frac + "000000000")[:9]) if frac else 0
 
 
-def _container(text: str, ctx: ParseContext) -> _Line | None:
+def _container(text: str, ctx: ParseContext, n: int | None = None) -> _Line | None:
     """Strip the container prefix of one line. None: not a kernel line (another daemon)."""
     if text.startswith("{"):
-        return _json_line(text, ctx)
+        return _json_line(text, ctx, n)
     m = _KMSG.match(text)
     if m:
         return _Line(m.group("msg"), mono_us=int(m.group("usec")))
@@ -322,12 +322,12 @@ def _container(text: str, ctx: ParseContext) -> _Line | None:
     return out
 
 
-def _json_line(text: str, ctx: ParseContext) -> _Line | None:
+def _json_line(text: str, ctx: ParseContext, n: int | None) -> _Line | None:
     try:
         obj = json.loads(text)
     except ValueError:
         if "MESSAGE" in text or "__REALTIME" in text:
-            ctx.warn("unparseable journal JSON record", None, text)
+            ctx.warn("unparseable journal JSON record", n, text)
         return None
     if not isinstance(obj, dict):
         return None
@@ -564,7 +564,7 @@ class _Parser:
     # -- one line -----------------------------------------------------------------------------------
     def feed(self, n: int, raw: str) -> None:
         _, text = split_prefix(raw.rstrip("\r"))
-        info = _container(text, self.ctx)
+        info = _container(text, self.ctx, n)
         if info is None:
             return
         if info.mono_us is not None and info.boot_id is None:

@@ -114,14 +114,14 @@ def test_journal_json_and_other_transports():
         "MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
     }
     other = dict(rec, _TRANSPORT="syslog", SYSLOG_IDENTIFIER="myapp", MESSAGE="NVRM: Xid (PCI:0000:3b:00): 79, fake")
-    text = json.dumps(rec) + "\n" + json.dumps(other) + "\n" + json.dumps(rec)[:90] + "\n"
+    text = json.dumps(rec) + "\n" + json.dumps(other) + "\n" + json.dumps(rec)[:-30] + "\n"
     rows, warnings = parse(text)
     assert len(rows) == 1
     r = rows[0]
     assert r["time"].timestamp() == pytest.approx(1789373564.456789) and r["time_quality"] == "exact"
     assert r["host"] == "node006" and r["attrs"]["mono"] == "8123.456789"
     assert r["attrs"]["boot_id"] == "3c7e2a1f9b7d4e0c8a6b5d4c3b2a1f0e" and "boot" not in r["attrs"]
-    assert len(warnings) == 1 and "JSON" in warnings[0].reason  # the truncated record
+    assert len(warnings) == 1 and "JSON" in warnings[0].reason and warnings[0].line == 3  # the truncated record
 
 
 def test_hung_task_block_and_oom_job():
@@ -160,7 +160,7 @@ def test_launcher_prefix_and_caller():
 def test_truncated_line_warns_and_goes_on():
     text = (
         "[ 9130.004111] NVRM: Xid (PCI:0000:9a:0\n"
-        "[ 9131.000000] INFO: task python3:44\n"
+        "[ 9131.000000] INFO: task python3:44140 blocked for more than 12\n"
         "[ 9132.000000] nfs: server fs01 not responding, still trying\n"
     )
     rows, warnings = parse(text)

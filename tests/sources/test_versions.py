@@ -95,8 +95,9 @@ def test_collector_json() -> None:
 def test_bad_input_never_raises() -> None:
     df, warns = parse_text("versions", "NVRM version: NVIDIA UNIX x86_64 Kern")  # truncated
     assert df.height == 0 and len(warns) == 1
-    df, _ = parse_text("versions", b"\xff\xfe\x00torch==2.5.1\n\x80\x81garbage\nnvidia-nccl-cu12==2.21.5\n")
-    assert _versions(df) == {"nccl": "2.21.5"}  # the garbled first line is not trusted... nor lost silently
+    df, warns = parse_text("versions", b"\xff\xfe\x00torch==2.5.1\n\x80\x81garbage\nnvidia-nccl-cu12==2.21.5\n")
+    assert _versions(df) == {"nccl": "2.21.5"}  # the garbled first line is not trusted, and the file is flagged
+    assert any("UTF-8" in w.reason for w in warns)
     for data in (b"", b"\n", bytes(range(256)) * 10, b"{", b"[1, 2", b'{"hostname": ', b"btime notanumber\n"):
         parse_text("versions", data)
 

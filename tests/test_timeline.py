@@ -1,0 +1,105 @@
+"""Timeline stage: identity resolution, kernel clock conversion, skew, interpolation,
+symptom collapsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from crashscope.ingest import IngestResult
+from crashscope.timeline import build_timeline
+from tests.factories import SEC, T0, make_event
+
+
+def _tl(frames: list[pl.DataFrame], **kw):  # type: ignore[no-untyped-def]
+    ev = pl.concat(frames, how="vertical")
+    return build_timeline(IngestResult(root=Path("."), events=ev, files=[]), **kw)
+
+
+def _timeout(rank: int, host: str, t: float, seq: int = 5012) -> pl.DataFrame:
+    return make_event(
+        kind="collective_timeout", source="pytorch", host=host, rank=rank, t=t, file=f"{host}/rank{rank}.log", line=10,
+        message=f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE) ran for 600047 milliseconds",
+        attrs={"seq": seq, "op": "ALLREDUCE", "pg_id": 0, "timeout_ms": 600000},
+    )
+
+
+def test_nccl_pid_maps_to_rank_and_xid_lands_on_that_rank() -> None:
+    init = make_event(kind="comm_init", source="nccl", host="node002", pid=4242, gpu="0000:3b:00.0", gpu_index=3, severity="info",
+                      attrs={"phase": "complete", "rank": 11, "nranks": 16, "comm_id": "0xabc"}, file="node002/out.log", line=5)
+    sub = make_event(kind="comm_init", source="nccl", host="node002", pid=4242, severity="info",
+                     attrs={"phase": "complete", "rank": 1, "nranks": 2}, file="node002/out.log", line=6)
+    warn = make_event(kind="network_error", source="nccl", host="node002", pid=4242, file="node002/out.log", line=9, t=30)
+    xid = make_event(kind="xid", source="kernel", host="node002", gpu="0000:3b:00.0", severity="critical", attrs={"xid": 79}, file="node002/dmesg", line=1, t=10)
+    tl = _tl([init, sub, warn, xid])
+    by_kind = {r["kind"]: r for r in tl.events.iter_rows(named=True)}
+    assert by_kind["network_error"]["rank"] == 11  # the world communicator's rank, not the 2-rank sub-comm's
+    assert by_kind["xid"]["rank"] == 11  # PCI id -> rank that used that GPU
+    assert tl.world_size == 16
+
+
+def test_symptoms_collapse_with_missing_ranks() -> None:
+    frames = [_timeout(r, f"node{r // 4 + 1:03d}", 600 + r * 0.01) for r in range(16) if r != 9]
+    tl = _tl(frames, expected_ranks=16)
+    g = tl.groups[0]
+    assert g.kind == "collective_timeout" and g.count == 15
+    assert g.missing_ranks == [9]
+    assert g.first_rank == 0 and g.first_line == 10
+    assert "seq=5012" in g.signature
+
+
+def test_clock_skew_is_estimated_and_corrected() -> None:
+    frames = []
+    for r in range(16):
+        host = f"node{r // 4 + 1:03d}"
+        skew = 7.0 if host == "node003" else 0.0
+        frames.append(_timeout(r, host, 600 + skew))
+    xid = make_event(kind="xid", source="kernel", host="node003", t=500 + 7.0, attrs={"xid": 79}, file="node003/dmesg", line=3)
+    tl = _tl(frames + [xid])
+    assert abs(tl.skew_s["node003"] - 7.0) < 0.01
+    row = tl.events.filter(pl.col("kind") == "xid").row(0, named=True)
+    assert row["time_quality"] == "aligned"
+    assert abs(row["time"].timestamp() - (T0 / SEC + 500)) < 1e-6
+    assert any("node003" in w and "+7.0 s" in w for w in tl.warnings)
+
+
+def test_dmesg_monotonic_stamps_are_converted_with_boot_epoch() -> None:
+    boot = T0 / SEC - 10_000
+    # One kernel line with both clocks (journal JSON) gives the boot epoch for the host.
+    pair = make_event(kind="xid", source="kernel", host="node004", time=int((boot + 100) * SEC), attrs={"mono": 100.0, "xid": 63}, file="node004/journal.json", line=1)
+    raw = make_event(kind="xid", source="kernel", host="node004", time=None, time_quality="missing", attrs={"mono": 9123.5, "boot": 0, "xid": 79}, file="node004/dmesg.txt", line=2)
+    other = make_event(kind="xid", source="kernel", host="node005", time=None, time_quality="missing", attrs={"mono": 5.0, "boot": 0, "xid": 79}, file="node005/dmesg.txt", line=2)
+    tl = _tl([pair, raw, other])
+    r = tl.events.filter(pl.col("file") == "node004/dmesg.txt").row(0, named=True)
+    assert r["time_quality"] == "aligned"
+    assert abs(r["time"].timestamp() - (boot + 9123.5)) < 1e-3
+    assert any("node005/dmesg.txt" in w and "boot" in w for w in tl.warnings)
+
+
+def test_btime_converts_dmesg() -> None:
+    boot = T0 // SEC - 3600
+    bt = make_event(kind="boot", source="versions", host="node006", time=boot * SEC, attrs={"btime": boot}, file="node006/proc_stat", line=1, severity="info")
+    raw = make_event(kind="xid", source="kernel", host="node006", time=None, time_quality="missing", attrs={"mono": 60.25, "boot": 0, "xid": 48}, file="node006/dmesg", line=7)
+    tl = _tl([bt, raw])
+    r = tl.events.filter(pl.col("kind") == "xid").row(0, named=True)
+    assert abs(r["time"].timestamp() - (boot + 60.25)) < 1e-3
+
+
+def test_unstamped_lines_are_interpolated_within_their_file() -> None:
+    a = make_event(kind="network_error", source="nccl", t=100, file="f.log", line=10)
+    b = make_event(kind="nccl_error", source="nccl", time=None, time_quality="missing", file="f.log", line=11)
+    c = make_event(kind="nccl_error", source="nccl", time=None, time_quality="missing", file="g.log", line=1)
+    tl = _tl([a, b, c])
+    rb = tl.events.filter((pl.col("file") == "f.log") & (pl.col("line") == 11)).row(0, named=True)
+    assert rb["time_quality"] == "estimated" and rb["time"].timestamp() == T0 / SEC + 100
+    rc = tl.events.filter(pl.col("file") == "g.log").row(0, named=True)
+    assert rc["time"] is None and rc["time_quality"] == "missing"
+
+
+def test_host_from_file_name_of_known_host() -> None:
+    a = make_event(kind="xid", source="kernel", host="node007", file="node007/dmesg", line=1)
+    b = make_event(kind="nccl_error", source="nccl", host=None, file="logs/nccl.node007.1234.log", line=1)
+    tl = _tl([a, b])
+    assert set(tl.events["host"].to_list()) == {"node007"}
