@@ -127,7 +127,10 @@ def _ingest_entry(
         (score, winner), runner = scores[0], (scores[1] if len(scores) > 1 else None)
         if runner and runner[0] > 0:
             rec.runner_up, rec.runner_up_confidence = runner[1].name, round(runner[0], 3)
-            if score - runner[0] < NEAR_TIE and score > 0:
+            # Line sources all parse a text file anyway; a tie matters only when a
+            # whole-file parser would be chosen over another reading.
+            exclusive = isinstance(winner, FileSource) or isinstance(runner[1], FileSource)
+            if score - runner[0] < NEAR_TIE and score > 0 and exclusive:
                 warnings.append(
                     f"{entry.path}: sources {winner.name} ({score:.2f}) and {runner[1].name} ({runner[0]:.2f}) "
                     f"both claim this file; read as {winner.name} (use --source to force)"

@@ -212,6 +212,14 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
             ev = ev.with_columns(pl.coalesce("rank", "_pid_rank").alias("rank"), pl.coalesce("gpu", "_pid_gpu").alias("gpu")).drop(
                 "_pid_rank", "_pid_gpu"
             )
+    # srun --label task ids are global ranks when srun starts one task per GPU (no
+    # torchrun prefixes in that file); under torchrun they are node indices: ignored.
+    if ev["attrs"].str.contains('"srun_task"', literal=True).any():
+        torchrun_files = ev.filter(pl.col("local_rank").is_not_null())["file"].unique().to_list()
+        task = _attr("attrs", "srun_task", pl.Int32)
+        ev = ev.with_columns(
+            pl.when(pl.col("rank").is_null() & ~pl.col("file").is_in(torchrun_files)).then(task).otherwise(pl.col("rank")).alias("rank")
+        )
     # (host, local_rank) -> rank from any event that states both (torchrun summaries).
     both = ev.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
     if both.height:
@@ -223,6 +231,11 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
+    # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
+    rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
+    if rh.height and ev["host"].null_count():
+        m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
+        ev = ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_rh").alias("host")).drop("_rh")
     return ev.sort("_id")
 
 

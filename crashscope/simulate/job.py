@@ -122,6 +122,20 @@ class Job:
         self.first_failure: dict | None = None
         self.implicated = {"nodes": [], "ranks": [], "gpus": []}
         self.end_time = 0.0
+        self.errfiles: dict[int, str] = {}
+        self.errts: dict[int, int] = {}
+        self.tracebacks: dict[int, str] = {}
+        self.root_blocks: dict[int, dict] = {}
+        self.banner_tags: dict[int, dict] = {}
+        self.telemetry_tags: dict[tuple[int, int], dict] = {}
+        self.pip_tags: dict[tuple[int, str], dict] = {}
+        self.task_what: dict[int, str] = {}
+        self.post: list[Callable[[], None]] = []
+        self.sacct_tag: dict | None = None
+        self.run_id = f"{self.job_id}_0"
+        self.time_limit_min = rng.choice((240, 480, 720, 1440))
+        self.t_hang: float | None = None
+        self.slow: tuple[float, float, float] | None = None  # (from, to, factor) of iteration times
 
     # -- clocks -----------------------------------------------------------------------------
     def local(self, n: int | None, t: float) -> datetime:
@@ -138,12 +152,17 @@ class Job:
         return datetime.fromtimestamp(round(t, 6), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     # -- evidence -----------------------------------------------------------------------------
-    def ev(self, t: float, node: int | None, rank: int | None, source: str, message: str, cause: str | None = None) -> dict:
-        item = {"cause": cause or self.cause, "time": self.iso(t), "node": self.hosts[node] if node is not None else None,
+    def ev(self, t: float, node: int | None, rank: int | None, source: str, message: str | None = None,
+           offset: int = 0, first: bool = False) -> dict:
+        """A planted root-cause line; the sink fills file/line/text when it writes it.
+        ``offset``: which line of a multi-line record; ``message=None``: the written line itself."""
+        item = {"cause": self.cause, "time": self.iso(t), "node": self.hosts[node] if node is not None else None,
                 "rank": rank, "source": source, "message": message}
+        if offset:
+            item["_offset"] = offset
         self.evidence.append(item)
-        if self.first_failure is None:
-            self.first_failure = {"time": item["time"], "node": item["node"], "rank": rank, "source": source, "message": message}
+        if first:
+            self.first_item = item
         return item
 
     # -- emitters -----------------------------------------------------------------------------
@@ -283,6 +302,8 @@ class Job:
             it += self.ckpt_interval
 
     def step_factor(self, t: float) -> float:
+        if self.slow and self.slow[0] <= t <= self.slow[1]:
+            return self.slow[2]
         return 1.0
 
     def ckpt(self, r: int, t: float, it: int, done: float | None, tag: dict | None = None) -> None:
@@ -319,6 +340,8 @@ class Job:
     def exception_end(self, r: int, exc_lines: list[str], exc_msg: str, tag_item: dict | None) -> Callable[[float], int]:
         """A rank dies of a Python exception (exit code 1), writing its error.json via @record."""
         def fn(t: float) -> int:
+            if tag_item is not None:
+                tag_item["time"] = self.iso(t)
             self.py(r, t, exc_lines, tag_item)
             self.error_json(r, t, exc_msg, "\n".join(exc_lines))
             return 1
@@ -327,6 +350,7 @@ class Job:
     def error_json(self, r: int, t: float, msg: str, stack: str) -> None:
         n, lr = divmod(r, self.G)
         self.errfiles[r] = f"/tmp/torchelastic_{self.run_id}/{self.job_id}_0/attempt_0/{lr}/error.json"
+        self.tracebacks[r] = stack
         self.sink.add(("node", n, f"torchelastic/{self.job_id}_0/attempt_0/{lr}/error.json"), t, F.error_json(msg, stack, int(t)))
         self.errts[r] = int(t)
 
@@ -370,6 +394,8 @@ class Job:
                     continue
                 if code != 0 and how == "own":
                     push(t + rng.uniform(0.1, 0.9), "agent_fail", (n,))
+                elif how == "own" and all(rr in self.ended for rr in self.node_ranks(n)) and any(self.ended[rr][1] for rr in self.node_ranks(n)):
+                    push(t + rng.uniform(0.1, 0.9), "agent_fail", (n,))
                 elif all(rr in self.ended for rr in self.node_ranks(n)) and all(self.ended[rr][1] == 0 for rr in self.node_ranks(n)):
                     push(t + 0.5, "agent_ok", (n,))
             elif kind == "agent_fail":
@@ -394,7 +420,7 @@ class Job:
                 if what not in self.srun_seen:
                     self.srun_seen.add(what)
                     self.slurm(t, F.srun_task_exit(self.hosts[n], str(n), False, what))
-                if self.kill_on_bad_exit and not self.killing and what.startswith("Exited"):
+                if self.kill_on_bad_exit and not self.killing:
                     push(t + rng.uniform(0.05, 0.3), "kill_all", ("bad_exit",))
             elif kind == "kill_all":
                 (why,) = data
@@ -463,7 +489,7 @@ class Job:
         block = tb + F.child_failed_block("pretrain_gpt.py", failures[1:], root)
         self.sink.lines(("agent", n), t2, block)
         self.root_blocks[n] = root
-        push(t2 + 0.2, "task_exit", (n, "Exited with exit code 1"))
+        push(t2 + 0.2, "task_exit", (n, self.task_what.get(n, "Exited with exit code 1")))
 
     def kill_all(self, t: float, why: str, entity: str) -> None:
         """The step is cancelled on every live node: slurmstepd banners, SIGTERM to agents and workers."""
@@ -550,6 +576,7 @@ class Job:
                         tag["_row"] = len(rows)
                         tag["time"] = self.iso(tt)
                         tag["_text"] = rows[-1]
+                        tag["message"] = rows[-1]
                 t += iv
             path = f"{self.router.node_dir(n)}/gpu-telemetry.csv"
             self.sink.static(path, "\n".join(rows) + "\n")
@@ -585,7 +612,13 @@ class Job:
             pip["torch"] = self.torch
             pip["nvidia-nccl-cu12"] = self.node_nccl[n]
             pip[f"nvidia-cuda-runtime-cu{self.cuda.split('.')[0]}"] = f"{self.cuda}.127"
-            self.sink.static(f"{d}/pip-freeze.txt", "".join(f"{k}=={v}\n" for k, v in sorted(pip.items())))
+            items = sorted(pip.items())
+            self.sink.static(f"{d}/pip-freeze.txt", "".join(f"{k}=={v}\n" for k, v in items))
+            for (tn, key), tag in self.pip_tags.items():
+                if tn == n:
+                    i = [k for k, _ in items].index(key)
+                    tag.update(file=f"{d}/pip-freeze.txt", line=i + 1, text=f"{key}=={pip[key]}")
+                    tag["message"] = tag["message"] or tag["text"]
             self.sink.static(f"{d}/ofed_info-s.txt", F.ofed_info_s(OFED))
             self.sink.static(f"{d}/proc-driver-nvidia-version.txt", F.proc_driver_version(self.node_driver[n][0]))
             self.sink.static(f"{d}/proc-stat.txt", F.proc_stat(int(self.boot[n] + self.skew[n]), [rng.randint(10**6, 10**9) for _ in range(10)]))
@@ -624,6 +657,8 @@ class Job:
             self.sink.static("slurm/sacct.txt", text)
             if self.sacct_tag is not None:
                 self.sacct_tag.update(file="slurm/sacct.txt", line=2, text=F.sacct_text_row(list(rows[1])))
+            if self.sacct_tag is not None:
+                self.sacct_tag["message"] = self.sacct_tag["message"] or self.sacct_tag["text"]
             return
         num = lambda v: {"set": True, "infinite": False, "number": v}  # noqa: E731
         code, sig = (int(x) for x in exit_job.split(":"))
@@ -652,7 +687,7 @@ class Job:
         self.sink.static("slurm/sacct.json", text)
         if self.sacct_tag is not None:
             lines = text.split("\n")
-            i = next(i for i, ln in enumerate(lines) if '"current"' in ln and state in ln)
+            i = next(i for i, ln in enumerate(lines) if '"current"' in ln) + 1
             self.sacct_tag.update(file="slurm/sacct.json", line=i + 1, text=lines[i])
 
     def hostlist(self) -> str:

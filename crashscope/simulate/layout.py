@@ -160,8 +160,11 @@ class Sink:
             with open(full, "w", encoding="utf-8", newline="\n", buffering=1 << 20) as fh:
                 for i, r in enumerate(recs):
                     if r.tag is not None:
-                        first = r.text.split("\n", 1)[0]
-                        r.tag.update(file=path, line=line, text=first)
+                        off = r.tag.pop("_offset", 0)
+                        first = r.text.split("\n")[off] if off else r.text.split("\n", 1)[0]
+                        r.tag.update(file=path, line=line + off, text=first)
+                        if not r.tag.get("message"):
+                            r.tag["message"] = first
                         found.append(r.tag)
                     text = r.text
                     if cut is not None and process_log and i == len(recs) - 1 and r.n == 1 and len(text) > 20:

@@ -28,6 +28,8 @@ from crashscope.schema import EVENT_SCHEMA, Kind, Severity, TimeQuality
 UTC = timezone.utc
 
 MAX_WARNINGS_PER_FILE = 20
+_MIN_NS = 0  # 1970
+_MAX_NS = 7_258_118_400 * 1_000_000_000  # 2200-01-01
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,10 @@ class ParseContext:
         attrs: dict[str, Any] | None = None,
     ) -> None:
         """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers)."""
+        if time is not None and not (_MIN_NS <= time <= _MAX_NS):
+            # A corrupted stamp (year 8026) would overflow the column; keep the event, not the time.
+            self.warn("implausible time stamp ignored", line)
+            time, time_quality = None, TimeQuality.MISSING
         if time_quality is None:
             time_quality = TimeQuality.MISSING if time is None else TimeQuality.EXACT
         self.rows.append(

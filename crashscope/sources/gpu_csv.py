@@ -10,12 +10,12 @@ comma + space; one row per GPU per sample::
 the NVML reason bitmask (0x48 = HW slowdown + HW thermal slowdown). Any subset and order
 of fields works; ``clocks_throttle_reasons.*`` (pre-R535 names) equal
 ``clocks_event_reasons.*``. Sentinels ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``
-read as missing; ``[GPU requires reset]`` also gives a critical log_error per GPU.
+read as missing.
 ``noheader`` files cannot be mapped to fields and are skipped with a warning.
 
 Events (gpu = normalized PCI when ``pci.bus_id`` is queried, gpu_index = ``index``):
 
-* gpu_telemetry, one per sample row: attrs, only for the fields present:
+* gpu_telemetry, one per sample row with anything readable: attrs, only for the fields present:
   temperature, mem_temperature, power_w, power_limit_w, sm_clock_mhz, max_sm_clock_mhz,
   mem_clock_mhz, util, mem_util, mem_used_mib, mem_total_mib, pstate, fan,
   pcie_gen, pcie_width, reasons_mask (int), reasons (names),
@@ -26,6 +26,8 @@ Events (gpu = normalized PCI when ``pci.bus_id`` is queried, gpu_index = ``index
 * gpu_throttle (warning), one per contiguous run of samples of one GPU with HW slowdown,
   HW thermal, HW power brake or SW thermal active, at the run's first sample: attrs
   {reasons, mask, temperature, sm_clock_mhz, run_samples, run_end (ISO UTC)}.
+* log_error: critical once per GPU for ``[GPU requires reset]``; error at the first
+  sample of a GPU whose every measured field reads ``[Unknown Error]`` (NVML lost it).
 * gpu_ecc: when a GPU's ECC/remap/retirement fields become non-zero or change: attrs
   {volatile_uncorrected, volatile_corrected, aggregate_uncorrected, remapped_correctable,
   remapped_uncorrectable, remap_pending, remap_failure, retired_pending, ...} (the keys
@@ -201,6 +203,9 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
 
     # "[GPU requires reset]" in any field: report once per GPU before blanking sentinels
     reset_rows = df.filter(pl.any_horizontal([pl.col(c) == "[GPU requires reset]" for c in present]))
+    # every measured field "[Unknown Error]": NVML lost the GPU (fallen off the bus, Xid 79 ...)
+    measured = [c for c in present if c not in _IDENT]
+    lost_rows = df.filter(pl.all_horizontal([pl.col(c) == "[Unknown Error]" for c in measured])) if measured else df.clear()
     df = df.with_columns([pl.when(pl.col(c).is_in(_SENTINELS)).then(None).otherwise(pl.col(c)).alias(c) for c in present])
 
     # -- vectorised typing -----------------------------------------------------------------
@@ -274,10 +279,17 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
                  time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
                  attrs={"error": "gpu_requires_reset"})
 
+    for row in lost_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True).iter_rows(named=True):
+        ctx.emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: nvidia-smi reads [Unknown Error] for every field",
+                 severity=Severity.ERROR, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
+                 attrs={"error": "gpu_unreadable", "fields": len(measured)})
+
     # -- telemetry: one event per sample row ------------------------------------------------------
     names_cache: dict[int, list[str]] = {}
     for row in df.select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
         attrs = {k: row[k] for k in tel_keys if row[k] is not None}
+        if not attrs:
+            continue  # nothing readable in this sample
         if row["_pci"] is None and row["_idx"] is None and row["_uuid"] is not None:
             attrs["uuid"] = row["_uuid"]  # --query-remapped-rows: the uuid is the only identity
         m = attrs.get("reasons_mask")

@@ -62,6 +62,16 @@ _S_ANY_HEADER = regex.compile(r"^(?:[A-Za-z]+\|){2,}", regex.MULTILINE)
 _S_FIXED = regex.compile(r"^\s*JobID(?:Raw)?\s{2,}.*\n\s*-{6,} -+", regex.MULTILINE)
 
 
+_NS_MAX = 2**63 - 1  # the schema's Datetime("ns") range; a corrupted year must not overflow it
+
+
+def _iso_ns(text: str, ctx: ParseContext) -> tuple[int | None, TimeQuality]:
+    t, q = iso_to_ns(text, ctx)
+    if t is None or not 0 <= t <= _NS_MAX:
+        return None, TimeQuality.MISSING
+    return t, q
+
+
 def _iso(sec: int | None) -> str | None:
     if sec is None:
         return None
@@ -162,7 +172,10 @@ class SacctSource(FileSource):
                 if len(vals) < 2:
                     continue
                 vals = (vals + [""] * len(header))[: len(header)]
-            self._row(dict(zip(header, (v.strip() for v in vals))), n + 1, raw, "parsable", ctx)
+            try:
+                self._row(dict(zip(header, (v.strip() for v in vals))), n + 1, raw, "parsable", ctx)
+            except Exception as e:  # one odd row must not lose the rest
+                ctx.warn(f"sacct: unparsable row ({type(e).__name__})", n + 1, raw)
 
     def _fixed(self, lines: list[str], hi: int, ctx: ParseContext) -> None:
         header_line, dash = lines[hi], lines[hi + 1]
@@ -173,7 +186,10 @@ class SacctSource(FileSource):
             if not raw.strip():
                 continue
             row = {h: raw[a:b].strip() for h, (a, b) in zip(header, spans)}
-            self._row(row, n + 1, raw, "fixed", ctx)
+            try:
+                self._row(row, n + 1, raw, "fixed", ctx)
+            except Exception as e:
+                ctx.warn(f"sacct: unparsable row ({type(e).__name__})", n + 1, raw)
 
     def _row(self, row: dict[str, str], n: int, raw: str, fmt: str, ctx: ParseContext) -> None:
         get = {k.lower(): v for k, v in row.items()}
@@ -219,7 +235,7 @@ class SacctSource(FileSource):
         for key in ("start", "end"):
             v = get.get(key)
             if v and v not in _EMPTY:
-                t, q = iso_to_ns(v, ctx)
+                t, q = _iso_ns(v, ctx)
                 if t is None:
                     ctx.warn(f"sacct: bad {key} time", n, v)
                     continue
@@ -276,8 +292,8 @@ class SacctSource(FileSource):
             attrs["kill_request_user"] = str(user)
         t = rec.get("time") if isinstance(rec.get("time"), dict) else {}
         start, end = _num(t.get("start")), _num(t.get("end"))
-        start = start if start and start > 0 else None
-        end = end if end and end > 0 else None
+        start = start if start and 0 < start < _NS_MAX // 1_000_000_000 else None
+        end = end if end and 0 < end < _NS_MAX // 1_000_000_000 else None
         if start:
             attrs["start"] = _iso(start)
         if end:

@@ -17,7 +17,8 @@ rfc3339 with zone -> exact, ``short`` ``Sep 14 08:12:44`` year-less), with the s
 
 Events and attrs keys:
 
-* job_cancel (slurmstepd banner; host = banner node; time = banner time):
+* job_cancel (slurmstepd banner; host = banner node; time = the banner's node-local
+  ``CANCELLED AT`` stamp, or in slurmd.log the line's own stamp, the same instant with ms):
   entity (job|step), id, job_id, step (None for JOB), node, reason (TIME LIMIT,
   PREEMPTION, NODE FAILURE, JOB REQUEUE, SIGNAL, TASK FAILURE, FAILED, UNCORRECTABLE
   MEMORY ERROR, CANCELLED (plain scancel banner), JOB NOT RUNNING, JOB NOT ENDING WITH
@@ -172,6 +173,16 @@ _SCONTROL_CONT = regex.compile(r"^\s{2,}[A-Z][A-Za-z0-9_/:]*=")
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)", "unknown"})
 
 
+_NS_MAX = 2**63 - 1  # the schema's Datetime("ns") range; a corrupted year must not overflow it
+
+
+def _iso_ns(text: str, ctx: ParseContext) -> tuple[int | None, TimeQuality]:
+    t, q = iso_to_ns(text, ctx)
+    if t is None or not 0 <= t <= _NS_MAX:
+        return None, TimeQuality.MISSING
+    return t, q
+
+
 def _split_kv(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     ms = list(_KV.finditer(text))
@@ -260,14 +271,14 @@ class _State:
     def _ts(self, ts: str) -> tuple[int | None, TimeQuality]:
         ts = ts.strip()
         if ts[:1].isdigit():
-            t, q = iso_to_ns(ts, self.ctx)
+            t, q = _iso_ns(ts, self.ctx)
             return t, q
         m = _SHORT_TS.match(ts)
         if m and m.group("mon") in MONTHS:
             frac = m.group("f") or ""
             ns = int((frac + "000000000")[:9]) if frac else 0
             t = self.ctx.yearless_ns(MONTHS[m.group("mon")], int(m.group("d")), int(m.group("h")), int(m.group("m")), int(m.group("s")), ns)
-            if t is not None:
+            if t is not None and 0 <= t <= _NS_MAX:
                 q = self.ctx.local_quality() if self.ctx.options.year else TimeQuality.ESTIMATED
                 return t, q
         return None, TimeQuality.MISSING
@@ -420,7 +431,7 @@ class _State:
             # In job output the banner stamp is the only time. In slurmd.log the line's own
             # stamp is the same instant with ms (and maybe a zone), so it wins. A stamp that
             # SLURM_TIME_FORMAT reshaped does not parse and leaves time None.
-            t, q = iso_to_ns(stamp, self.ctx)
+            t, q = _iso_ns(stamp, self.ctx)
             if t is not None:
                 time, quality = t, q
         if entity == "job":
@@ -658,7 +669,7 @@ class _State:
         for key in ("StartTime", "EndTime"):
             v = kv.get(key)
             if v and v not in _EMPTY:
-                t, q = iso_to_ns(v, ctx)
+                t, q = _iso_ns(v, ctx)
                 if t is None:
                     ctx.warn(f"slurm: bad {key}", b["line"], v)
                     continue

@@ -21,7 +21,9 @@ Recognised lines (fictitious values)::
 Collector JSON (one object, or JSON lines with one object per node), written by
 crashscope's prolog/epilog collector; every key is optional::
 
-    {"hostname": "node001",              # host of the events (else the file's host hint)
+    {"hostname": "node001",              # host of the events (alias "host"; else the file's host hint)
+     "job_id": "123456",                 # Slurm job id, copied to the events
+     "boot_id": "6f1c...",               # /proc/sys/kernel/random/boot_id, kept on the boot event
      "collected_at": "2026-09-14T08:00:03Z",  # ISO 8601 with zone: time of the version events
      "driver": "535.154.05",             # NVIDIA kernel driver
      "cuda_driver": "12.2",              # CUDA level the driver supports (nvidia-smi); alias "cuda"
@@ -33,6 +35,7 @@ crashscope's prolog/epilog collector; every key is optional::
      "slurm": "24.05.3",
      "btime": 1789300000,                # /proc/stat btime, epoch seconds
      "timezone": "Europe/Berlin",        # the node's zone for its local-time logs
+     "utc_offset": "+02:00",             # its offset at collection time (kept on the timezone event)
      "packages": {"deepspeed": "0.15.1"}}  # further name -> version pairs
 
 Events:
@@ -40,11 +43,12 @@ Events:
 * version: attrs {component, version, ...}; components: driver (+ flavor "open" or
   "proprietary", arch), cuda_driver, cuda_toolkit (+ release "12.4"), cuda_runtime
   (pip nvidia-cuda-runtime-*), torch, torch_cuda (torch.version.cuda), nccl, cudnn,
-  cublas, ofed (+ flavor "mlnx" | "doca"), kernel, slurm, timezone, and the curated
+  cublas, ofed (+ flavor "mlnx" | "doca"), kernel, slurm, timezone (+ utc_offset, abbr
+  from timedatectl), and the curated
   ML packages below under their normalized pip name (deepspeed, megatron-core,
   transformer-engine, flash-attn, triton, ...). Time is None unless the file says
   (collector ``collected_at``). Only the curated packages of a pip listing are emitted.
-* boot: attrs {btime} (epoch seconds), time = btime exactly; the timeline uses it to
+* boot: attrs {btime (epoch seconds), boot_id}, time = btime exactly; the timeline uses it to
   turn dmesg monotonic stamps into wall time.
 """
 
@@ -120,9 +124,11 @@ _TORCH_LABEL = regex.compile(
         (?P<val>\(\d+,\s*\d+,\s*\d+\)|\d+(?:\.\d+)*\S*)\s*$""",
     regex.VERBOSE,
 )
+# timedatectl status: "                Time zone: Europe/Berlin (CEST, +0200)"
+_TIMEDATECTL_TZ = regex.compile(r"^Time zone: (?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9_+-]+)*) \((?P<abbr>[^,]+), (?P<off>[+-]\d{4})\)$")
 _NORM = regex.compile(r"[-_.]+")
 
-_JSON_KEYS = ("hostname", "driver", "cuda_driver", "cuda", "cuda_toolkit", "nccl", "torch", "ofed", "kernel", "btime",
+_JSON_KEYS = ("hostname", "host", "boot_id", "utc_offset", "driver", "cuda_driver", "cuda", "cuda_toolkit", "nccl", "torch", "ofed", "kernel", "btime",
               "timezone", "slurm", "packages", "collected_at")
 
 
@@ -157,6 +163,8 @@ class VersionsSource(FileSource):
         if _OFED.match(first) or _NVRM.match(first):
             return 0.95
         if first.startswith("nvcc: NVIDIA (R) Cuda compiler driver"):
+            return 0.9
+        if first.startswith("Local time:") and any(_TIMEDATECTL_TZ.match(ln) for ln in lines[:10]):
             return 0.9
         if first.startswith("cpu ") and any(_BTIME.match(ln) for ln in lines[:200]):
             return 0.9
@@ -243,6 +251,11 @@ def _parse_text(text: str, ctx: ParseContext) -> None:
             m = _SLURM.match(line)
             if m:
                 ver(n, "slurm", m.group("ver"), line)
+                continue
+            m = _TIMEDATECTL_TZ.match(line)
+            if m:
+                off = m.group("off")
+                ver(n, "timezone", m.group("zone"), line, utc_offset=f"{off[:3]}:{off[3:]}", abbr=m.group("abbr"))
                 continue
             m = _TORCH_TRIPLE.match(line)
             if m:
@@ -332,7 +345,8 @@ def _str_version(v: Any) -> str | None:
 
 
 def _json_object(n: int, obj: dict[str, Any], ctx: ParseContext) -> None:
-    host = obj.get("hostname") if isinstance(obj.get("hostname"), str) and obj.get("hostname") else None
+    host = next((obj[k] for k in ("hostname", "host") if isinstance(obj.get(k), str) and obj[k]), None)
+    job = str(obj["job_id"]) if isinstance(obj.get("job_id"), (str, int)) and not isinstance(obj.get("job_id"), bool) else None
     t, q = None, None
     if isinstance(obj.get("collected_at"), str):
         t, q = iso_to_ns(obj["collected_at"], ctx)
@@ -347,7 +361,7 @@ def _json_object(n: int, obj: dict[str, Any], ctx: ParseContext) -> None:
             if value is not None:
                 ctx.warn(f"collector JSON {component}: not a version", n, str(value)[:80])
             return
-        ctx.emit(Kind.VERSION, n, f"{who} {component} {v}", host=host, time=t, time_quality=q,
+        ctx.emit(Kind.VERSION, n, f"{who} {component} {v}", host=host, time=t, time_quality=q, job_id=job,
                  attrs={"component": component, "version": v, **extra})
 
     for key, comp in (("driver", "driver"), ("cuda_driver", "cuda_driver"), ("cuda", "cuda_driver"),
@@ -357,7 +371,7 @@ def _json_object(n: int, obj: dict[str, Any], ctx: ParseContext) -> None:
             value = obj[key]
             if comp == "cuda_driver" and isinstance(value, int) and value >= 1000:
                 value = f"{value // 1000}.{(value % 1000) // 10}"  # cudaDriverVersion 12020 -> 12.2
-            ver(comp, value)
+            ver(comp, value, **({"utc_offset": obj["utc_offset"]} if comp == "timezone" and isinstance(obj.get("utc_offset"), str) else {}))
     pkgs = obj.get("packages")
     if isinstance(pkgs, dict):
         for name, value in pkgs.items():
@@ -365,8 +379,11 @@ def _json_object(n: int, obj: dict[str, Any], ctx: ParseContext) -> None:
     if "btime" in obj:
         b = obj["btime"]
         if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+            attrs: dict[str, Any] = {"btime": b}
+            if isinstance(obj.get("boot_id"), str):
+                attrs["boot_id"] = obj["boot_id"]
             ctx.emit(Kind.BOOT, n, f"{who} btime {b}", host=host, time=b * 1_000_000_000, time_quality=TimeQuality.EXACT,
-                     attrs={"btime": b})
+                     job_id=job, attrs=attrs)
         else:
             ctx.warn("collector JSON btime: not epoch seconds", n, str(b)[:80])
 

@@ -126,3 +126,14 @@ def test_large_file_is_fast() -> None:
     (thr,) = _events(df.filter(df["kind"] == "gpu_throttle"))
     assert thr["attrs"]["run_samples"] == 100
     assert elapsed < 20, elapsed
+
+
+def test_unreadable_gpu_gives_one_log_error() -> None:
+    text = ("timestamp, index, pci.bus_id, temperature.gpu, power.draw [W]\n"
+            "2026/09/14 08:00:00.000, 1, 00000000:2A:00.0, 40, 300.00 W\n"
+            "2026/09/14 08:00:05.000, 1, 00000000:2A:00.0, [Unknown Error], [Unknown Error]\n"
+            "2026/09/14 08:00:10.000, 1, 00000000:2A:00.0, [Unknown Error], [Unknown Error]\n")
+    df, _ = parse_text("gpu_csv", text, options=UTC_OPTS)
+    (err,) = _events(df, "log_error")
+    assert err["line"] == 3 and err["severity"] == "error" and err["gpu"] == "0000:2a:00.0"
+    assert len(_events(df, "gpu_telemetry")) == 1

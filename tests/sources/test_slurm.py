@@ -20,12 +20,6 @@ def _rows(text, **kw):
     return rows, warnings
 
 
-def _ns(iso: str) -> int:
-    from datetime import datetime
-
-    return int(datetime.fromisoformat(iso).timestamp()) * 1_000_000_000
-
-
 def test_time_limit_banner_step_and_job():
     rows, w = _rows(
         "slurmstepd: error: *** STEP 123456.0 ON node001 CANCELLED AT 2026-09-14T08:20:01 DUE TO TIME LIMIT ***\n"

@@ -1,0 +1,345 @@
+"""Features of one analysed job for the cause classifier.
+
+``extract(timeline, findings)`` turns a built :class:`~crashscope.timeline.Timeline` and the
+rule engine's findings into a flat ``{name: float}`` dict whose keys are exactly
+:data:`FEATURES` (fixed order; the shipped model stores the same list and refuses to load
+when they differ). It only looks at frames already in memory: no file is re-read.
+
+Feature families (``<c>`` is every cause label except ``none``):
+
+* ``cause_w:<c>`` / ``symptom_w:<c>`` / ``context_w:<c>``: the highest weight of a stable
+  finding of that cause and role (0 when none fired).
+* ``cause_before:<c>``: 1 when that cause's earliest stable ``role: cause`` finding comes
+  before the first symptom (first collective/watchdog/heartbeat timeout or symptom finding),
+  or when there is no symptom at all. ``cause_lead_min:<c>``: how many minutes before the
+  first symptom it came, clipped to +-:data:`LEAD_CLIP_MIN` (negative: after).
+* ``n_cause`` / ``n_symptom`` / ``n_context`` (log1p of stable findings per role),
+  ``n_cause_labels`` (distinct causes among cause findings), ``cause_host_spread`` /
+  ``cause_rank_spread`` (distinct hosts/ranks named by cause findings over hosts/world size:
+  one bad node gives a small spread, a job-wide event a large one).
+* ``symptom_cover``: largest fraction of ranks in one symptom group; ``timeout_cover`` /
+  ``timeout_missing_frac`` / ``timeout_missing_log``: fraction of ranks that reported / did
+  not report the main collective timeout (the ranks that did not are usually the culprits).
+* ``ver_components_differing`` / ``ver_max_distinct`` and ``ver_differs:<component>``:
+  version diversity across hosts.
+* ``temp_max`` (deg C / 100), ``temp_excess`` (hottest GPU's peak minus the median peak, /10),
+  ``throttle_any`` (a ``gpu_throttle`` event or a non-zero telemetry reason mask),
+  ``step_slowness`` (log of the slowest rank's median step time over the median rank's).
+* coverage: ``kernel_coverage`` (hosts with kernel-log events / hosts),
+  ``missing_ranks_frac``, ``silent_ranks_frac`` (ranks whose last event is more than
+  :data:`SILENT_S` before the job's last rank event), ``log_world``, ``log_hosts``,
+  ``log_duration_min``.
+* Slurm: ``slurm:<STATE>`` one-hot of the job's final state (plus ``slurm:other`` and
+  ``slurm:missing``), ``cancel:<reason>`` (slurmstepd CANCELLED ... DUE TO ...),
+  ``node_down`` (slurmctld node not responding/down).
+* application: ``exception_first`` (an exception before the first symptom),
+  ``exception_ranks_frac``, ``ckpt_unfinished`` (more checkpoint starts than ends).
+* ``kind:<kind>``: log1p of the number of events of each key kind.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import polars as pl
+
+from crashscope.engine.model import Finding
+from crashscope.schema import CAUSES, Kind
+from crashscope.timeline import Timeline
+
+# Bump when the meaning of any feature changes (the list check alone catches renames only).
+FEATURES_VERSION = 1
+
+LEAD_CLIP_MIN = 30.0
+SILENT_S = 120.0
+NS_PER_MIN = 60_000_000_000
+
+FEATURE_CAUSES: tuple[str, ...] = tuple(c for c in CAUSES if c != "none")
+SLURM_STATES: tuple[str, ...] = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+CANCEL_REASONS: tuple[str, ...] = ("preemption", "time_limit", "node_failure", "other")
+VERSION_COMPONENTS: tuple[str, ...] = ("driver", "cuda", "nccl", "torch", "ofed")
+COUNT_KINDS: tuple[str, ...] = (
+    Kind.XID.value,
+    Kind.SXID.value,
+    Kind.GPU_ECC.value,
+    Kind.PCIE_ERROR.value,
+    Kind.MCE.value,
+    Kind.NETWORK_ERROR.value,
+    Kind.LINK_EVENT.value,
+    Kind.NCCL_ERROR.value,
+    Kind.CUDA_ERROR.value,
+    Kind.STORAGE_ERROR.value,
+    Kind.STORAGE_RECOVERED.value,
+    Kind.HUNG_TASK.value,
+    Kind.HOST_OOM.value,
+    Kind.CUDA_OOM.value,
+    Kind.EXCEPTION.value,
+    Kind.SEGFAULT.value,
+    Kind.COLLECTIVE_TIMEOUT.value,
+    Kind.WATCHDOG_ERROR.value,
+    Kind.HEARTBEAT_TIMEOUT.value,
+    Kind.DESYNC_REPORT.value,
+    Kind.COLLECTIVE_MISMATCH.value,
+    Kind.JOB_CANCEL.value,
+    Kind.NODE_STATE.value,
+    Kind.KERNEL_PANIC.value,
+    Kind.BOOT.value,
+    Kind.SIGNAL.value,
+    Kind.PROCESS_EXIT.value,
+    Kind.GPU_THROTTLE.value,
+    Kind.CHECKPOINT.value,
+    Kind.TRAIN_STEP.value,
+    Kind.LOG_ERROR.value,
+)
+# First-symptom kinds: what every surviving rank prints once something else went wrong.
+_SYMPTOM_EVENT_KINDS = (Kind.COLLECTIVE_TIMEOUT.value, Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value)
+
+
+def _names() -> tuple[str, ...]:
+    names: list[str] = []
+    for c in FEATURE_CAUSES:
+        names += [f"cause_w:{c}", f"cause_before:{c}", f"cause_lead_min:{c}", f"symptom_w:{c}", f"context_w:{c}"]
+    names += ["n_cause", "n_symptom", "n_context", "n_cause_labels", "cause_host_spread", "cause_rank_spread"]
+    names += ["symptom_cover", "timeout_cover", "timeout_missing_frac", "timeout_missing_log"]
+    names += ["ver_components_differing", "ver_max_distinct"] + [f"ver_differs:{c}" for c in VERSION_COMPONENTS]
+    names += ["temp_max", "temp_excess", "throttle_any", "step_slowness"]
+    names += ["kernel_coverage", "missing_ranks_frac", "silent_ranks_frac", "log_world", "log_hosts", "log_duration_min"]
+    names += [f"slurm:{s}" for s in SLURM_STATES] + ["slurm:other", "slurm:missing"]
+    names += [f"cancel:{r}" for r in CANCEL_REASONS] + ["node_down"]
+    names += ["exception_first", "exception_ranks_frac", "ckpt_unfinished"]
+    names += [f"kind:{k}" for k in COUNT_KINDS]
+    return tuple(names)
+
+
+FEATURES: tuple[str, ...] = _names()
+
+
+def extract(timeline: Timeline, findings: Sequence[Finding]) -> dict[str, float]:
+    """Features of one job: every name of :data:`FEATURES`, as finite floats.
+
+    Args:
+        timeline: the built timeline (events frame, groups, world size).
+        findings: the rule engine's findings for the same events (experimental ones and
+            other statuses are ignored).
+
+    Returns:
+        ``{name: value}`` with exactly the keys of :data:`FEATURES`, in that order.
+    """
+    f: dict[str, float] = dict.fromkeys(FEATURES, 0.0)
+    ev = timeline.events
+    world = timeline.world_size or len(timeline.ranks_seen) or 0
+    hosts = set(timeline.hosts)
+    stable = [x for x in findings if x.status == "stable"]
+    t_sym = _first_symptom(ev, stable)
+
+    _findings(f, stable, t_sym, max(len(hosts), 1), max(world, 1))
+    _symptoms(f, timeline, world)
+    if ev.height:
+        kinds = ev["kind"].cast(pl.String)
+        counts = dict(ev.group_by(kinds.alias("k")).len().iter_rows())
+        for k in COUNT_KINDS:
+            f[f"kind:{k}"] = math.log1p(counts.get(k, 0))
+        _versions(f, ev.filter(kinds == Kind.VERSION.value))
+        _telemetry(f, ev, counts)
+        _coverage(f, timeline, world)
+        _slurm(f, ev, counts)
+        _application(f, ev, t_sym, max(world, 1))
+    else:
+        f["slurm:missing"] = 1.0
+    return {k: _finite(v) for k, v in f.items()}
+
+
+def _finite(v: float) -> float:
+    v = float(v)
+    return v if math.isfinite(v) else 0.0
+
+
+def _first_symptom(ev: pl.DataFrame, findings: Iterable[Finding]) -> int | None:
+    times = [x.first_time for x in findings if x.role == "symptom" and x.first_time is not None]
+    if ev.height:
+        t = ev.filter(pl.col("kind").cast(pl.String).is_in(_SYMPTOM_EVENT_KINDS) & pl.col("time").is_not_null())["time"]
+        if t.len():
+            times.append(int(t.dt.epoch("ns").min()))  # type: ignore[arg-type]
+    return min(times) if times else None
+
+
+def _findings(f: dict[str, float], stable: list[Finding], t_sym: int | None, n_hosts: int, world: int) -> None:
+    roles = {"cause": 0, "symptom": 0, "context": 0}
+    cause_hosts: set[str] = set()
+    cause_ranks: set[int] = set()
+    cause_labels: set[str] = set()
+    earliest: dict[str, int | None] = {}
+    for x in stable:
+        if x.role in roles:
+            roles[x.role] += 1
+        if x.cause not in FEATURE_CAUSES:
+            continue
+        if x.role == "cause":
+            key = f"cause_w:{x.cause}"
+            f[key] = max(f[key], x.weight)
+            cause_labels.add(x.cause)
+            cause_hosts.update(x.hosts)
+            cause_ranks.update(x.ranks)
+            prev = earliest.get(x.cause, None)
+            if x.cause not in earliest or (x.first_time is not None and (prev is None or x.first_time < prev)):
+                earliest[x.cause] = x.first_time
+        elif x.role == "symptom":
+            f[f"symptom_w:{x.cause}"] = max(f[f"symptom_w:{x.cause}"], x.weight)
+        elif x.role == "context":
+            f[f"context_w:{x.cause}"] = max(f[f"context_w:{x.cause}"], x.weight)
+    for c, t in earliest.items():
+        if t_sym is None:
+            f[f"cause_before:{c}"] = 1.0
+            f[f"cause_lead_min:{c}"] = LEAD_CLIP_MIN
+        elif t is not None:
+            lead = (t_sym - t) / NS_PER_MIN
+            f[f"cause_before:{c}"] = 1.0 if t <= t_sym else 0.0
+            f[f"cause_lead_min:{c}"] = max(-LEAD_CLIP_MIN, min(LEAD_CLIP_MIN, lead))
+    f["n_cause"] = math.log1p(roles["cause"])
+    f["n_symptom"] = math.log1p(roles["symptom"])
+    f["n_context"] = math.log1p(roles["context"])
+    f["n_cause_labels"] = float(len(cause_labels))
+    f["cause_host_spread"] = min(1.0, len(cause_hosts) / n_hosts)
+    f["cause_rank_spread"] = min(1.0, len(cause_ranks) / world)
+
+
+def _symptoms(f: dict[str, float], tl: Timeline, world: int) -> None:
+    if not world:
+        return
+    cover = [len(g.ranks) / world for g in tl.groups]
+    f["symptom_cover"] = min(1.0, max(cover, default=0.0))
+    timeouts = [g for g in tl.groups if g.kind == Kind.COLLECTIVE_TIMEOUT.value]
+    if timeouts:
+        main = max(timeouts, key=lambda g: (len(g.ranks), g.count))
+        reported = len(set(main.ranks))
+        missing = max(0, world - reported)
+        f["timeout_cover"] = min(1.0, reported / world)
+        f["timeout_missing_frac"] = missing / world
+        f["timeout_missing_log"] = math.log1p(missing)
+
+
+def _attr(key: str, dtype: Any = pl.String) -> pl.Expr:
+    return pl.col("attrs").str.json_path_match(f"$.{key}").cast(dtype, strict=False)
+
+
+def _versions(f: dict[str, float], ver: pl.DataFrame) -> None:
+    if ver.height == 0:
+        return
+    d = ver.filter(pl.col("host").is_not_null()).select(
+        _attr("component").alias("c"), _attr("version").alias("v"), "host"
+    ).drop_nulls()
+    if d.height == 0:
+        return
+    # Per component: distinct values over hosts (a host printing two values counts once each).
+    per = d.group_by("c").agg(pl.col("v").n_unique().alias("n"), pl.col("host").n_unique().alias("h"))
+    per = per.filter(pl.col("h") >= 2)
+    if per.height == 0:
+        return
+    differing = per.filter(pl.col("n") > 1)
+    f["ver_components_differing"] = math.log1p(differing.height)
+    f["ver_max_distinct"] = float(min(5, int(per["n"].max()))) - 1.0  # type: ignore[arg-type]
+    names = set(differing["c"].to_list())
+    for c in VERSION_COMPONENTS:
+        f[f"ver_differs:{c}"] = 1.0 if c in names else 0.0
+
+
+def _telemetry(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int]) -> None:
+    tel = ev.filter(pl.col("kind") == Kind.GPU_TELEMETRY.value)
+    throttle = counts.get(Kind.GPU_THROTTLE.value, 0) > 0
+    if tel.height:
+        d = tel.select(
+            pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|").alias("g"),
+            _attr("temperature", pl.Float64).alias("t"),
+            pl.coalesce(_attr("reasons_mask", pl.Int64), _attr("mask", pl.Int64)).alias("m"),
+        )
+        peaks = d.group_by("g").agg(pl.col("t").max().alias("p")).drop_nulls()["p"]
+        if peaks.len():
+            top = float(peaks.max())  # type: ignore[arg-type]
+            f["temp_max"] = top / 100.0
+            f["temp_excess"] = max(0.0, top - float(peaks.median())) / 10.0  # type: ignore[arg-type]
+        # Masks other than idle (0x1) and the application/sw power cap (0x2, 0x4) mean slowdown.
+        if any(int(m) & ~0x7 for m in d["m"].drop_nulls().to_list()):
+            throttle = True
+    f["throttle_any"] = 1.0 if throttle else 0.0
+    steps = ev.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("rank").is_not_null())
+    if steps.height:
+        per = (
+            steps.select("rank", _attr("step_ms", pl.Float64).alias("v"))
+            .drop_nulls()
+            .group_by("rank")
+            .agg(pl.col("v").median().alias("med"), pl.len().alias("n"))
+            .filter(pl.col("n") >= 3)
+        )
+        if per.height >= 3:
+            med = float(per["med"].median())  # type: ignore[arg-type]
+            top = float(per["med"].max())  # type: ignore[arg-type]
+            if med > 0:
+                f["step_slowness"] = min(3.0, math.log(max(top, med) / med))
+
+
+def _coverage(f: dict[str, float], tl: Timeline, world: int) -> None:
+    ev = tl.events
+    hosts = set(tl.hosts)
+    if hosts:
+        khosts = set(ev.filter(pl.col("source") == "kernel")["host"].drop_nulls().unique().to_list())
+        f["kernel_coverage"] = len(khosts & hosts) / len(hosts)
+    if world:
+        f["missing_ranks_frac"] = max(0.0, (world - len(tl.ranks_seen)) / world)
+        last = (
+            ev.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null() & (pl.col("source") != "sacct"))
+            .group_by("rank")
+            .agg(pl.col("time").max().dt.epoch("ns").alias("t"))
+        )
+        if last.height:
+            end = int(last["t"].max())  # type: ignore[arg-type]
+            silent = int((last["t"] < end - int(SILENT_S * 1e9)).sum())
+            f["silent_ranks_frac"] = min(1.0, silent / world)
+    f["log_world"] = math.log1p(world)
+    f["log_hosts"] = math.log1p(len(hosts))
+    if tl.start is not None and tl.end is not None:
+        f["log_duration_min"] = math.log1p(max(0, tl.end - tl.start) / NS_PER_MIN)
+
+
+def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int]) -> None:
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    state = None
+    if st.height:
+        d = st.select(_attr("state").alias("s"), _attr("step").alias("step"), "time", "source").filter(pl.col("s").is_not_null())
+        # The job row (no step) from sacct is the final verdict; else the latest record.
+        job = d.filter(pl.col("step").is_null())
+        pick = job if job.height else d
+        if pick.height:
+            pick = pick.sort("time", nulls_last=False)
+            state = str(pick["s"][-1]).split()[0].upper().rstrip("+")
+    if state is None:
+        f["slurm:missing"] = 1.0
+    elif state in SLURM_STATES:
+        f[f"slurm:{state}"] = 1.0
+    else:
+        f["slurm:other"] = 1.0
+    if counts.get(Kind.JOB_CANCEL.value):
+        reasons = ev.filter(pl.col("kind") == Kind.JOB_CANCEL.value).select(_attr("reason").alias("r"))["r"].drop_nulls().to_list()
+        for r in reasons:
+            r = str(r).upper()
+            key = "preemption" if "PREEMPT" in r else "time_limit" if "TIME LIMIT" in r else "node_failure" if "NODE FAIL" in r else "other"
+            f[f"cancel:{key}"] = 1.0
+    if counts.get(Kind.NODE_STATE.value):
+        states = ev.filter(pl.col("kind") == Kind.NODE_STATE.value).select(_attr("state").alias("s"))["s"].drop_nulls().to_list()
+        if any(str(s).lower() in ("not_responding", "down", "failed") for s in states):
+            f["node_down"] = 1.0
+
+
+def _application(f: dict[str, float], ev: pl.DataFrame, t_sym: int | None, world: int) -> None:
+    exc = ev.filter(pl.col("kind") == Kind.EXCEPTION.value)
+    if exc.height:
+        t = exc["time"].drop_nulls()
+        if t.len():
+            first = int(t.dt.epoch("ns").min())  # type: ignore[arg-type]
+            f["exception_first"] = 1.0 if t_sym is None or first < t_sym else 0.0
+        f["exception_ranks_frac"] = min(1.0, exc["rank"].drop_nulls().n_unique() / world)
+    ck = ev.filter(pl.col("kind") == Kind.CHECKPOINT.value)
+    if ck.height:
+        phases = ck.select(_attr("phase").alias("p"))["p"].to_list()
+        if phases.count("start") > phases.count("end"):
+            f["ckpt_unfinished"] = 1.0

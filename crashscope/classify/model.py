@@ -1,0 +1,215 @@
+"""The shipped cause classifier: parameters in JSON, prediction in numpy.
+
+The model is a standardiser followed by a multinomial logistic regression, trained offline
+by :mod:`crashscope.classify.train` with scikit-learn and stored as plain numbers (no
+pickle/joblib: a model file is data, never code). Its probabilities are calibrated with a
+single temperature ``T`` fitted on a held-out split: ``p = softmax((W @ z + b) / T)`` with
+``z = (x - mean) / scale``.
+
+File format (``crashscope/data/classifier.json``)::
+
+    {"format": 1, "model_version": "...", "features_version": 1,
+     "features": [...], "classes": [...],
+     "scaler": {"mean": [...], "scale": [...]},
+     "logistic": {"coef": [[...] per class], "intercept": [...]},
+     "calibration": {"method": "temperature", "temperature": 1.3, ...},
+     "training": {...description of the data and held-out metrics...}}
+
+Loading checks that ``features`` equals :data:`crashscope.classify.features.FEATURES` and
+that ``features_version`` matches, so a model trained for other features is refused with
+a message saying how to retrain, instead of silently scoring the wrong columns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from crashscope.classify.features import FEATURES, FEATURES_VERSION
+
+FORMAT = 1
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "classifier.json"
+RETRAIN_HINT = "retrain it with `crashscope train --out <path>` (see docs/classifier.md)"
+
+
+class ClassifierError(ValueError):
+    """A model file that cannot be used (unreadable, malformed, or for other features)."""
+
+
+@dataclass(frozen=True)
+class Model:
+    classes: tuple[str, ...]
+    features: tuple[str, ...]
+    mean: np.ndarray  # (d,)
+    scale: np.ndarray  # (d,)
+    coef: np.ndarray  # (k, d)
+    intercept: np.ndarray  # (k,)
+    temperature: float = 1.0
+    model_version: str = ""
+    features_version: int = FEATURES_VERSION
+    calibration: Mapping[str, Any] = field(default_factory=dict)
+    training: Mapping[str, Any] = field(default_factory=dict)
+
+    def vector(self, features: Mapping[str, float]) -> np.ndarray:
+        """Feature dict -> vector in this model's order (absent or non-finite values are 0)."""
+        out = np.zeros(len(self.features), dtype=np.float64)
+        for i, name in enumerate(self.features):
+            v = features.get(name, 0.0)
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                v = 0.0
+            out[i] = v if math.isfinite(v) else 0.0
+        return out
+
+    def logits(self, X: np.ndarray) -> np.ndarray:
+        """Uncalibrated class scores for rows of ``X`` (n, d)."""
+        Z = (np.atleast_2d(X) - self.mean) / self.scale
+        return Z @ self.coef.T + self.intercept
+
+    def proba_matrix(self, X: np.ndarray) -> np.ndarray:
+        """Calibrated probabilities (n, k), rows summing to 1."""
+        return softmax(self.logits(X) / self.temperature)
+
+    def predict_proba(self, features: Mapping[str, float]) -> dict[str, float]:
+        """Calibrated probability of each class for one job's features (sums to 1).
+
+        Args:
+            features: the output of :func:`crashscope.classify.features.extract`.
+
+        Returns:
+            ``{cause: probability}`` for every class of the model, most likely first.
+        """
+        p = self.proba_matrix(self.vector(features)[None, :])[0]
+        order = sorted(range(len(self.classes)), key=lambda i: (-p[i], self.classes[i]))
+        return {self.classes[i]: float(p[i]) for i in order}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "model_version": self.model_version,
+            "features_version": self.features_version,
+            "features": list(self.features),
+            "classes": list(self.classes),
+            "scaler": {"mean": _floats(self.mean), "scale": _floats(self.scale)},
+            "logistic": {"coef": [_floats(r) for r in self.coef], "intercept": _floats(self.intercept)},
+            "calibration": {"method": "temperature", "temperature": _round(self.temperature), **{k: v for k, v in self.calibration.items() if k not in ("method", "temperature")}},
+            "training": dict(self.training),
+        }
+
+
+def softmax(L: np.ndarray) -> np.ndarray:
+    L = L - L.max(axis=1, keepdims=True)
+    E = np.exp(L)
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def _round(v: float) -> float:
+    # 10 significant digits: stable JSON across runs, far below any effect on predictions.
+    return float(f"{float(v):.10g}")
+
+
+def _floats(a: Sequence[float] | np.ndarray) -> list[float]:
+    return [_round(v) for v in np.asarray(a, dtype=np.float64).ravel()]
+
+
+def dumps(model: Model) -> str:
+    """Canonical JSON text of a model (sorted keys, fixed float precision, final newline)."""
+    return json.dumps(model.to_json(), indent=1, sort_keys=True) + "\n"
+
+
+def model_from_json(obj: Any, *, where: str = "model", check_features: bool = True) -> Model:
+    """Build a :class:`Model` from parsed JSON, validating shapes and the feature list.
+
+    Raises:
+        ClassifierError: malformed file, or features that differ from ``FEATURES``.
+    """
+    if not isinstance(obj, dict):
+        raise ClassifierError(f"{where}: not a JSON object")
+    if obj.get("format") != FORMAT:
+        raise ClassifierError(f"{where}: unsupported model format {obj.get('format')!r} (expected {FORMAT}); {RETRAIN_HINT}")
+    try:
+        features = tuple(str(x) for x in obj["features"])
+        classes = tuple(str(x) for x in obj["classes"])
+        mean = np.asarray(obj["scaler"]["mean"], dtype=np.float64)
+        scale = np.asarray(obj["scaler"]["scale"], dtype=np.float64)
+        coef = np.asarray(obj["logistic"]["coef"], dtype=np.float64)
+        intercept = np.asarray(obj["logistic"]["intercept"], dtype=np.float64)
+        cal = dict(obj.get("calibration") or {})
+        temperature = float(cal.get("temperature", 1.0))
+        fv = int(obj.get("features_version", -1))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ClassifierError(f"{where}: malformed model file ({type(e).__name__}: {e}); {RETRAIN_HINT}") from None
+    if check_features:
+        if features != FEATURES:
+            extra = [x for x in features if x not in FEATURES][:5]
+            missing = [x for x in FEATURES if x not in features][:5]
+            detail = f"missing {missing}, unknown {extra}" if (extra or missing) else "same names in another order"
+            raise ClassifierError(
+                f"{where}: its feature list does not match this crashscope's features ({detail}); {RETRAIN_HINT}"
+            )
+        if fv != FEATURES_VERSION:
+            raise ClassifierError(f"{where}: trained for features version {fv}, this crashscope computes version {FEATURES_VERSION}; {RETRAIN_HINT}")
+    d, k = len(features), len(classes)
+    if k < 2 or mean.shape != (d,) or scale.shape != (d,) or coef.shape != (k, d) or intercept.shape != (k,):
+        raise ClassifierError(
+            f"{where}: inconsistent shapes ({k} classes, {d} features, coef {coef.shape}, intercept {intercept.shape}); {RETRAIN_HINT}"
+        )
+    if not (np.isfinite(mean).all() and np.isfinite(scale).all() and np.isfinite(coef).all() and np.isfinite(intercept).all()):
+        raise ClassifierError(f"{where}: non-finite parameters; {RETRAIN_HINT}")
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ClassifierError(f"{where}: calibration temperature must be > 0, got {temperature}")
+    scale = np.where(scale == 0, 1.0, scale)
+    return Model(
+        classes=classes,
+        features=features,
+        mean=mean,
+        scale=scale,
+        coef=coef,
+        intercept=intercept,
+        temperature=temperature,
+        model_version=str(obj.get("model_version", "")),
+        features_version=fv,
+        calibration=cal,
+        training=dict(obj.get("training") or {}),
+    )
+
+
+def load_model(path: Path | str | None = None) -> Model:
+    """Load a model file (default: the shipped ``crashscope/data/classifier.json``).
+
+    Raises:
+        ClassifierError: the file is missing, not JSON, malformed, or was trained for a
+            different feature list.
+    """
+    p = Path(path) if path is not None else DEFAULT_PATH
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ClassifierError(f"{p}: cannot read the classifier model ({e.strerror or e}); {RETRAIN_HINT}") from None
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise ClassifierError(f"{p}: not valid JSON ({e}); {RETRAIN_HINT}") from None
+    return model_from_json(obj, where=str(p))
+
+
+_DEFAULT: Model | None = None
+
+
+def default_model() -> Model:
+    """The shipped model, loaded once per process."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_model()
+    return _DEFAULT
+
+
+def predict_proba(features: Mapping[str, float], model: Model | None = None) -> dict[str, float]:
+    """``{cause: probability}`` for one job's features with ``model`` (default: shipped)."""
+    return (model or default_model()).predict_proba(features)
