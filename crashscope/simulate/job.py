@@ -136,6 +136,8 @@ class Job:
         self.time_limit_min = rng.choice((240, 480, 720, 1440))
         self.t_hang: float | None = None
         self.slow: tuple[float, float, float] | None = None  # (from, to, factor) of iteration times
+        self.boot_tags: dict[int, dict] = {}
+        self.first_item: dict | None = None
 
     # -- clocks -----------------------------------------------------------------------------
     def local(self, n: int | None, t: float) -> datetime:
@@ -524,6 +526,15 @@ class Job:
             self.srun_seen.add("Terminated")
             self.slurm(t + 1.2, F.srun_task_exit(self.hosts[live[0]], str(live[0]), False, "Terminated"))
 
+    def finish(self) -> None:
+        """slurmctld's view of the job end."""
+        t = self.end_time + 1.0
+        if self.final_state in ("FAILED", "COMPLETED", "OUT_OF_MEMORY"):
+            self.ctld(t, f"_job_complete: JobId={self.job_id} WEXITSTATUS {0 if self.final_state == 'COMPLETED' else 1}")
+            if self.final_state == "OUT_OF_MEMORY":
+                self.ctld(t, f"_job_complete: JobId={self.job_id} OOM failure")
+            self.ctld(t + 0.001, f"_job_complete: JobId={self.job_id} done")
+
     # -- system files ------------------------------------------------------------------------------
     def emit_boot(self) -> None:
         for n in range(self.N):
@@ -531,7 +542,7 @@ class Job:
             self.klog(n, b + 0.0, f"Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 (Ubuntu 5.15.0-91.101-generic 5.15.131)", 5)
             self.klog(n, b + 0.0001, "Command line: BOOT_IMAGE=/vmlinuz-5.15.0-91-generic root=UUID=3d1f0a52-7c1e-4d0b-9a55-1f2c3b4d5e6f ro pci=realloc=off", 6)
             self.klog(n, b + 21.3, "nvidia: loading out-of-tree module taints kernel.", 4)
-            self.klog(n, b + 21.5, F.nvrm_loading(self.node_driver[n][0]), 6)
+            self.klog(n, b + 21.5, F.nvrm_loading(self.node_driver[n][0]), 6, self.boot_tags.get(n))
             for g in range(self.G):
                 self.klog(n, b + 23.0 + g * 0.01, f"mlx5_core {nic_pci(g)}: firmware version: 28.39.1002", 6)
 
