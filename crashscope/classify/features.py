@@ -10,8 +10,8 @@ Feature families (``<c>`` is every cause label except ``none``):
 * ``cause_w:<c>`` / ``symptom_w:<c>`` / ``context_w:<c>``: the highest weight of a stable
   finding of that cause and role (0 when none fired).
 * ``cause_before:<c>``: 1 when that cause's earliest stable ``role: cause`` finding comes
-  before the first symptom (first collective/watchdog/heartbeat timeout or symptom finding),
-  or when there is no symptom at all. ``cause_lead_min:<c>``: how many minutes before the
+  before the first symptom (first collective/watchdog/heartbeat timeout, else first symptom
+  finding), or when there is no symptom at all. ``cause_lead_min:<c>``: how many minutes before the
   first symptom it came, clipped to +-:data:`LEAD_CLIP_MIN` (negative: after).
 * ``n_cause`` / ``n_symptom`` / ``n_context`` (log1p of stable findings per role),
   ``n_cause_labels`` (distinct causes among cause findings), ``cause_host_spread`` /
@@ -28,7 +28,7 @@ Feature families (``<c>`` is every cause label except ``none``):
 * coverage: ``kernel_coverage`` (hosts with kernel-log events / hosts),
   ``missing_ranks_frac``, ``silent_ranks_frac`` (ranks whose last event is more than
   :data:`SILENT_S` before the job's last rank event), ``log_world``, ``log_hosts``,
-  ``log_duration_min``.
+  ``log_duration_min`` (span of events that carry a rank).
 * Slurm: ``slurm:<STATE>`` one-hot of the job's final state (plus ``slurm:other`` and
   ``slurm:missing``), ``cancel:<reason>`` (slurmstepd CANCELLED ... DUE TO ...),
   ``node_down`` (slurmctld node not responding/down).
@@ -156,11 +156,15 @@ def _finite(v: float) -> float:
 
 
 def _first_symptom(ev: pl.DataFrame, findings: Iterable[Finding]) -> int | None:
-    times = [x.first_time for x in findings if x.role == "symptom" and x.first_time is not None]
+    """The first collective/watchdog/heartbeat timeout; without one, the first symptom finding.
+
+    Symptom findings such as IB flush errors fire within a second of the fault itself, so
+    they make a poor reference when a timeout exists."""
     if ev.height:
         t = ev.filter(pl.col("kind").cast(pl.String).is_in(_SYMPTOM_EVENT_KINDS) & pl.col("time").is_not_null())["time"]
         if t.len():
-            times.append(int(t.dt.epoch("ns").min()))  # type: ignore[arg-type]
+            return int(t.dt.epoch("ns").min())  # type: ignore[arg-type]
+    times = [x.first_time for x in findings if x.role == "symptom" and x.first_time is not None]
     return min(times) if times else None
 
 
@@ -297,8 +301,10 @@ def _coverage(f: dict[str, float], tl: Timeline, world: int) -> None:
             f["silent_ranks_frac"] = min(1.0, silent / world)
     f["log_world"] = math.log1p(world)
     f["log_hosts"] = math.log1p(len(hosts))
-    if tl.start is not None and tl.end is not None:
-        f["log_duration_min"] = math.log1p(max(0, tl.end - tl.start) / NS_PER_MIN)
+    # The run's span from rank events (kernel boot lines and sacct records reach far outside it).
+    span = ev.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null())["time"]
+    if span.len() >= 2:
+        f["log_duration_min"] = math.log1p((span.max() - span.min()).total_seconds() / 60.0)  # type: ignore[operator,union-attr]
 
 
 def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int]) -> None:

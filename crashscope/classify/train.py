@@ -21,7 +21,6 @@ the model's ``training.test`` block and in docs/classifier.md.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import math
@@ -137,15 +136,6 @@ def job_features(job_dir: Path | str) -> dict[str, float]:
     return extract(tl, findings)
 
 
-def _simulate_kwargs(fn: Callable[..., Any]) -> dict[str, Any]:
-    """Options of the simulator worth turning on when it has them (it evolves in parallel)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"confounders": True} if "confounders" in params else {}
-
-
 def sim_spec(cause: str, seed: int) -> tuple[str, int, int, int]:
     n, g = SIZES[seed % len(SIZES)]
     return cause, seed, n, g
@@ -159,7 +149,10 @@ def _sim_worker(spec: tuple[str, int, int, int]) -> tuple[str, dict[str, float] 
         from crashscope.simulate import simulate
 
         out = Path(tmp) / "job"
-        simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed, **_simulate_kwargs(simulate))
+        # Layout, confounders (each with the simulator's default rate), versions, zones and
+        # clocks are all drawn from the seed.
+        simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed)
+        (out / TRUTH_FILE).unlink(missing_ok=True)  # the answer key must not be read as a log
         return origin, job_features(out), ""
     except Exception as e:  # noqa: BLE001 - one bad job must not stop a training run
         return origin, None, f"{origin}: {type(e).__name__}: {e}"

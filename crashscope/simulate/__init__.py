@@ -78,6 +78,7 @@ def simulate(
     job = Job(rng, cause=cause, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout, timeout_ms=timeout_ms,
               nccl_info_volume=nccl_info_volume, stack=stack, zone=timezone, kill_on_bad_exit=kill_on_bad_exit,
               telemetry_interval=telemetry_interval, variant=variant)
+    job.emit_launch()
     C.CAUSE_FUNCS[cause](job)
     late = []
     for c in chosen:  # confounders that change versions must run before the files are written

@@ -69,7 +69,7 @@ def user_scancel(job: Job) -> str:
 def truncated_line(job: Job) -> str:
     r = job.R - 1
     t = job.t_train + job.step_s * 3.5
-    line = F.megatron_iteration(job.local(job.node_of(r), t), job.iter0 + 3, job.total_iters, 0, 1000.0, 3e-4, 8, 2.5, 0.9)
+    line = F.megatron_iteration(job.local(job.node_of(r), t), job.iter0 + 3, job.total_iters, (job.iter0 + 3) * 8 * job.R, job.step_s * 1000, 3e-4, 8 * job.R, 2.5, 0.9)
     job.plain(r, t, [line[: len(line) // 3]])
     return f"a truncated iteration line on rank {r}"
 
@@ -89,10 +89,7 @@ def missing_rank_file(job: Job) -> str:
 
 def duplicated_lines(job: Job) -> str:
     r = job.R - 1
-    t = job.t_train + job.step_s * 20
-    line = F.megatron_iteration(job.local(job.node_of(r), t), job.iter0 + 20, job.total_iters, 0, 1000.0, 3e-4, 8, 2.4, 0.9)
-    for _ in range(3):
-        job.plain(r, t, [line])
+    job.sink.dups.append((("rank", r), job.t_train + job.step_s * 20, 2))
     return f"an iteration line of rank {r} written three times"
 
 

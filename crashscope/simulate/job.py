@@ -40,7 +40,7 @@ KERNEL_FORMATS = ("dmesg", "dmesg_T", "short_precise", "short_iso", "json")
 KERNEL_FILES = {"dmesg": "dmesg.txt", "dmesg_T": "dmesg-T.txt", "short_precise": "journal-kernel.log",
                 "short_iso": "journal-kernel-iso.log", "json": "journal-kernel.json"}
 PGN_LINES = {False: {"timeout": 475, "teardown": 489, "terminated": 1005},
-             True: {"timeout": 632, "detected": 2271, "teardown": 1609, "terminated": 1413, "what": 1715}}
+             True: {"timeout": 632, "detected": 2271, "teardown": 1609, "terminated": 1413, "what": 1715, "barrier": 4561}}
 PIP_BASE = (("accelerate", "0.33.0"), ("datasets", "2.20.0"), ("numpy", "1.26.4"), ("safetensors", "0.4.3"),
             ("sentencepiece", "0.2.0"), ("tokenizers", "0.19.1"), ("tqdm", "4.66.4"), ("transformers", "4.44.2"))
 
@@ -245,6 +245,28 @@ class Job:
 
     def t_of_iter(self, it: int) -> float:
         return self.t_train + (it - self.iter0) * self.step_s
+
+    def emit_launch(self) -> None:
+        """torchrun's start-up banner per node, the per-rank barrier warning (c10 era), and empty rank files."""
+        for n in range(self.N):
+            t = self.t_step_launch + 0.8 + self.rng.uniform(0, 0.3)
+            stars = "*****************************************"
+            omp = ("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
+                   "overloaded, please further tune the variable for optimal performance in your application as needed. ")
+            if self.agent_style == "glog":
+                for i, m in enumerate(("", stars, omp, stars)):
+                    self.agent(n, t + i * 1e-4, "W", "torch/distributed/run.py", 793, m)
+            else:
+                self.sink.lines(("agent", n), t, [F.agent_line("logging", "W", self.local(n, t), 0, "torch/distributed/run.py", 0, ""), stars, omp, stars])
+        for r in range(self.R):
+            self.sink.touch(("rank", r))
+            self.sink.touch(("nccl", r))
+            if self.modern:
+                n, lr = divmod(r, self.G)
+                t = self.t_init - self.rng.uniform(0.2, 1.0)
+                self.c10(r, t, "W", "barrier", f"[PG ID 0 PG GUID 0 Rank {r}]  using GPU {lr} to perform barrier as devices used by this process "
+                         "are currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect. Specify "
+                         "device_ids in barrier() to force use of a particular device, or call init_process_group() with a device_id.")
 
     def emit_init(self, ranks: range | list[int] | None = None) -> None:
         rng = self.rng
@@ -500,6 +522,7 @@ class Job:
         if why == "bad_exit":
             self.slurm(t, f"srun: Terminating StepId={self.job_id}.0" if self.slurm_version < "24"
                        else f"srun: launch/slurm: _step_signal: Terminating StepId={self.job_id}.0")
+        done_before = set(self.agent_done)
         for n in range(self.N):
             if n in self.dead_nodes:
                 continue
@@ -521,7 +544,7 @@ class Job:
             self.slurm(t + 0.06, F.stepd_cancel(f"JOB {self.job_id}", self.hosts[0], self.local(0, t + 0.06), banner_why[why]))
         if why == "bad_exit" or why == "node_failure":
             self.slurm(t + 0.1, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
-        live = [n for n in range(self.N) if n not in self.dead_nodes]
+        live = [n for n in range(self.N) if n not in self.dead_nodes and n not in done_before]
         if live and "Terminated" not in self.srun_seen and why != "preemption" and why != "time_limit":
             self.srun_seen.add("Terminated")
             self.slurm(t + 1.2, F.srun_task_exit(self.hosts[live[0]], str(live[0]), False, "Terminated"))

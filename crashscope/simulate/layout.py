@@ -122,6 +122,7 @@ class Sink:
         self.seq = 0
         self.cutoff: dict[int, float] = {}  # node -> time after which its own files stop
         self.skip: set[str] = set()
+        self.dups: list[tuple[tuple, float, int]] = []  # (stream, time, copies): repeat the first record at/after time
 
     def add(self, stream: tuple, t: float, text: str, n: int | None = None, tag: dict | None = None) -> None:
         path, prefix = self.router.route(stream)
@@ -131,6 +132,11 @@ class Sink:
         if prefix:
             text = prefix + text.replace("\n", "\n" + prefix)
         self.files.setdefault(path, []).append(Rec(t, self.seq, text, n if n is not None else text.count("\n") + 1, tag, node))
+
+    def touch(self, stream: tuple) -> None:
+        """Make sure a stream's file exists (stdout redirection creates it even if nothing is printed)."""
+        path, _ = self.router.route(stream)
+        self.files.setdefault(path, [])
 
     def lines(self, stream: tuple, t: float, lines: list[str], tag: dict | None = None) -> None:
         self.add(stream, t, "\n".join(lines), len(lines), tag)
@@ -147,6 +153,11 @@ class Sink:
                 continue
             recs = self.files[path]
             recs.sort(key=lambda r: (r.t, r.seq))
+            for stream, tdup, copies in self.dups:
+                if self.router.route(stream)[0] == path:
+                    i = next((i for i, r in enumerate(recs) if r.t >= tdup and r.tag is None), None)
+                    if i is not None:
+                        recs[i + 1:i + 1] = [Rec(recs[i].t, recs[i].seq, recs[i].text, recs[i].n, None, recs[i].node) for _ in range(copies)]
             if self.cutoff:
                 recs = [r for r in recs if r.node is None or r.t <= self.cutoff.get(r.node, r.t)]
             owner = self.router.owner(path)

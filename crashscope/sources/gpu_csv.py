@@ -286,6 +286,7 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
 
     # -- telemetry: one event per sample row ------------------------------------------------------
     names_cache: dict[int, list[str]] = {}
+    tel_kind, q_val = Kind.GPU_TELEMETRY.value, quality.value  # plain strings: 100k+ emits
     for row in df.select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
         attrs = {k: row[k] for k in tel_keys if row[k] is not None}
         if not attrs:
@@ -297,8 +298,9 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
             if m not in names_cache:
                 names_cache[m] = reason_names(m)
             attrs["reasons"] = names_cache[m]
-        ctx.emit(Kind.GPU_TELEMETRY, row["n"], f"GPU {row['_gpu']} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid")),
-                 time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
+        ctx.emit(tel_kind, row["n"], f"GPU {row['_gpu']} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid")),
+                 severity="info", time=row["_t"], time_quality=q_val if row["_t"] is not None else None,
+                 gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
 
     # -- throttle runs -----------------------------------------------------------------------------
     if has_mask:
