@@ -29,6 +29,9 @@ MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not 
 BINARY_CONTROL_FRACTION = 0.05
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
 NEAR_TIE = 0.05
+# Labels of a job (simulator ground truth, an operator's label) are never read as logs:
+# the analysis must not see the answer.
+LABEL_FILES = {"truth.json", "crashscope-label.json"}
 
 
 @dataclass(slots=True)
@@ -85,6 +88,9 @@ def ingest(
             warnings.append(f"{item.path}: {item.reason}")
             if item.unreadable:
                 files.append(FileRecord(item.path, "unreadable", note=item.reason))
+            continue
+        if item.name in LABEL_FILES:
+            files.append(FileRecord(item.path, "unrecognized", note="job label file, not a log"))
             continue
         rec, frame, file_warnings = _ingest_entry(item, options, overrides)
         files.append(rec)

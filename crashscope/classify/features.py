@@ -325,9 +325,9 @@ def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int]) -> Non
     else:
         f["slurm:other"] = 1.0
     if counts.get(Kind.JOB_CANCEL.value):
-        reasons = ev.filter(pl.col("kind") == Kind.JOB_CANCEL.value).select(_attr("reason").alias("r"))["r"].drop_nulls().to_list()
-        for r in reasons:
-            r = str(r).upper()
+        reasons = ev.filter(pl.col("kind") == Kind.JOB_CANCEL.value).select(_attr("reason").alias("r"))["r"].to_list()
+        for r in reasons:  # no reason: a user scancel or srun --kill-on-bad-exit
+            r = str(r or "").upper()
             key = "preemption" if "PREEMPT" in r else "time_limit" if "TIME LIMIT" in r else "node_failure" if "NODE FAIL" in r else "other"
             f[f"cancel:{key}"] = 1.0
     if counts.get(Kind.NODE_STATE.value):

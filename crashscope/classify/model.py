@@ -55,6 +55,11 @@ class Model:
     calibration: Mapping[str, Any] = field(default_factory=dict)
     training: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def version(self) -> str:
+        """Same as ``model_version`` (features version + a hash of the parameters)."""
+        return self.model_version
+
     def vector(self, features: Mapping[str, float]) -> np.ndarray:
         """Feature dict -> vector in this model's order (absent or non-finite values are 0)."""
         out = np.zeros(len(self.features), dtype=np.float64)

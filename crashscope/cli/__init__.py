@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from crashscope.cli import analyze_cmd, simulate_cmd
+from crashscope.cli import analyze_cmd, rules_cmd, simulate_cmd, train_cmd
 
 app = typer.Typer(
     name="crashscope",
@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (analyze_cmd, simulate_cmd):
+for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd):
     _module.register(app)
 
 

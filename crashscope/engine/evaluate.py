@@ -5,7 +5,8 @@ column per selection, keep the rows where ``condition`` holds, then apply the cr
 constraints in Python over the (small) matched set:
 
 * ``within`` / ``not_within``: keep / drop a matched event if an event of another selection
-  occurs within ``seconds`` before/after it (on the same host/gpu/rank). Events without a
+  occurs within ``seconds`` before/after it (on the same host/gpu/rank; when either event
+  lacks that column, "same" means the same file of the same host, i.e. the same process log). Events without a
   time are ordered by line number when both come from the same file; otherwise the order is
   unknown, which satisfies neither ``within`` nor ``not_within``'s exclusion.
 * ``min_ranks`` / ``min_fraction_of_ranks``: the matches must cover that many distinct ranks.
@@ -292,8 +293,12 @@ def _window(rows: list[dict[str, Any]], frame: pl.DataFrame, w: Window, *, keep:
         for r in refs:
             if r["_i"] == m["_i"]:
                 continue
-            if w.same and (m[w.same] is None or r[w.same] != m[w.same]):
-                continue
+            if w.same:
+                if m[w.same] is not None and r[w.same] is not None:
+                    if r[w.same] != m[w.same]:
+                        continue
+                elif (r["file"], r["host"]) != (m["file"], m["host"]):  # unknown rank/gpu: same log file
+                    continue
             d = _order(m, r)
             if d is None:
                 continue
@@ -374,17 +379,25 @@ def _attrs(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finding(rule: Rule, rows: list[dict[str, Any]], hosts: list[str] | None, ranks: list[int] | None, cap: int) -> Finding:
-    src = rows if rule.culprit != "earliest" else rows[:1]
-    if hosts is None:
-        hosts = _uniq(r["host"] for r in src)
-    if ranks is None:
-        ranks = _uniq(r["rank"] for r in src)
-    host_set = set(hosts)
-    gpus = _uniq(
-        (r["host"], r["gpu"], r["gpu_index"])
-        for r in src
-        if (r["gpu"] is not None or r["gpu_index"] is not None) and r["host"] in host_set
-    )
+    if rule.culprit == "none":  # job-level evidence (scheduler decisions): nothing to implicate
+        hosts, ranks, gpus = [], [], []
+    elif rule.culprit == "earliest":
+        # the earliest event names the culprit; a field it lacks comes from the next earliest
+        # row that has it (a traceback line without a rank prefix, a WARN without a host)
+        hosts = _uniq(r["host"] for r in rows)[:1] if hosts is None else hosts
+        ranks = _uniq(r["rank"] for r in rows)[:1] if ranks is None else ranks
+        gpus = _uniq((r["host"], r["gpu"], r["gpu_index"]) for r in rows if r["gpu"] is not None or r["gpu_index"] is not None)[:1]
+    else:
+        if hosts is None:
+            hosts = _uniq(r["host"] for r in rows)
+        if ranks is None:
+            ranks = _uniq(r["rank"] for r in rows)
+        host_set = set(hosts)
+        gpus = _uniq(
+            (r["host"], r["gpu"], r["gpu_index"])
+            for r in rows
+            if (r["gpu"] is not None or r["gpu_index"] is not None) and r["host"] in host_set
+        )
     ev = tuple(
         Evidence(
             time=r["_t"], host=r["host"], rank=r["rank"], gpu=r["gpu"], gpu_index=r["gpu_index"],

@@ -150,7 +150,7 @@ def _to_py(node: yaml.Node, key: str, lines: dict[str, int]) -> Any:
             lines[sub] = v_node.start_mark.line + 1
             items.append(_to_py(v_node, sub, lines))
         return items
-    return yaml.safe_load(yaml.serialize(node))  # scalar with its resolved type
+    return yaml.SafeLoader("").construct_object(node, deep=True)  # scalar with its resolved type
 
 
 class _Builder:

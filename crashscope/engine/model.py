@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 STATUSES: tuple[str, ...] = ("experimental", "stable", "deprecated")
 ROLES: tuple[str, ...] = ("cause", "symptom", "context")
-CULPRITS: tuple[str, ...] = ("event", "minority", "absent_ranks", "earliest", "named_ranks")
+CULPRITS: tuple[str, ...] = ("event", "minority", "absent_ranks", "earliest", "named_ranks", "none")
 ATTR_OPS: tuple[str, ...] = ("equals", "in", "gte", "lte", "exists", "re", "contains")
 SAME_KEYS: tuple[str, ...] = ("host", "gpu", "rank")
 DIRECTIONS: tuple[str, ...] = ("before", "after", "any")

@@ -247,9 +247,8 @@ class FileLayout(Validator):
         out = []
         if p.parent.name != rule.cause:
             out.append(self.issue(rule, "cause", f"file is in {p.parent.name}/ but cause is {rule.cause}", f"move it to rules/{rule.cause}/"))
-        prefix = p.stem.split("_", 1)[0]
-        if rule.sources and prefix not in rule.sources:
-            out.append(self.issue(rule, "sources", f"file name prefix {prefix!r} is not one of the rule's sources", f"name it {rule.sources[0]}_<symptom>.yaml"))
+        if rule.sources and not any(p.stem.startswith(f"{s}_") for s in rule.sources):
+            out.append(self.issue(rule, "sources", f"file name {p.name!r} does not start with one of the rule's sources", f"name it {rule.sources[0]}_<symptom>.yaml"))
         return out
 
 
@@ -291,3 +290,27 @@ def check(root: str | Path | None = None, ruleset: RuleSet | None = None) -> lis
         issues += v.finalize()
     issues.sort(key=lambda i: (i.path, i.line, i.check))
     return issues
+
+
+def check_examples(rs: RuleSet) -> list[Issue]:
+    """Run every rule's hit/miss examples (semgrep --test); an issue per failing example.
+    Examples whose source emits no events are reported as warnings (source not ready)."""
+    from crashscope.engine.evaluate import run_example
+
+    out = []
+    for rule in rs.rules:
+        for tier in ("hit", "miss"):
+            for i, ex in enumerate(getattr(rule.tests, tier)):
+                key = f"tests.{tier}.{i}"
+                try:
+                    events, finding = run_example(rule, ex)
+                except Exception as e:  # a broken source must not hide the other results
+                    out.append(Issue(rule.path, rule.line_of(key), rule.id, "example", "error", f"{tier} example {i} raised {type(e).__name__}: {e}"))
+                    continue
+                if tier == "hit" and events.height == 0:
+                    out.append(Issue(rule.path, rule.line_of(key), rule.id, "example", "warning", f"hit example {i} produced no events", "check the line format against the source"))
+                elif tier == "hit" and finding is None:
+                    out.append(Issue(rule.path, rule.line_of(key), rule.id, "example", "error", f"hit example {i} does not fire", "fix the match block or the example"))
+                elif tier == "miss" and finding is not None:
+                    out.append(Issue(rule.path, rule.line_of(key), rule.id, "example", "error", f"miss example {i} fires", "tighten the match block"))
+    return out

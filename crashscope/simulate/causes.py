@@ -175,7 +175,7 @@ def driver_drift(job: Job) -> None:
                f'  File "{SITE}/torch/distributed/distributed_c10d.py", line 4159, in barrier',
                "    work = default_pg.barrier(opts=opts)",
                f"torch.distributed.DistBackendError: {what[0]}", *what[1:]]
-        job.natural[x] = (tx + 0.01, job.exception_end(x, exc, f"DistBackendError: {what[0]}", None))
+        job.natural[x] = (tx + 0.01, job.exception_end(x, exc, "DistBackendError: " + "\n".join(what), None))
 
 
 def preemption(job: Job) -> None:
@@ -265,6 +265,8 @@ def node_failure(job: Job) -> None:
     cancelled ``DUE TO NODE FAILURE``, sacct NODE_FAIL."""
     rng = job.rng
     n = rng.randrange(job.N)
+    if not job.timeout_fixed and job.timeout_ms < 600000:
+        job.timeout_ms = 600000  # slurmd's 300 s SlurmdTimeout must win the race for a NODE_FAIL
     t0 = job.t_train + rng.uniform(300, 1000)
     job.emit_init()
     job.emit_training(t0)
@@ -363,7 +365,7 @@ def time_limit(job: Job) -> None:
     """``DUE TO TIME LIMIT`` banners, slurmctld ``Time limit exhausted``, sacct TIMEOUT."""
     rng = job.rng
     job.time_limit_min = max(10, int((job.t_train - job.t_start) / 60) + rng.randint(6, 20))
-    t0 = job.t_start + job.time_limit_min * 60
+    t0 = job.t_start + job.time_limit_min * 60 + rng.uniform(0.5, 30.0)  # slurmctld checks limits periodically
     job.emit_init()
     job.emit_training(t0)
     m = f"Time limit exhausted for JobId={job.job_id}"

@@ -65,6 +65,7 @@ class Job:
         self.tz = ZoneInfo(self.zone)
         self.slurm_version = rng.choice(SLURM_VERSIONS)
         self.timeout_ms = timeout_ms or rng.choice((600000, 600000, 1800000, 300000))
+        self.timeout_fixed = timeout_ms is not None
         self.kill_on_bad_exit = rng.random() < 0.6 if kill_on_bad_exit is None else kill_on_bad_exit
         self.volume = nccl_info_volume
         self.telemetry_interval = telemetry_interval or rng.choice((15.0, 30.0, 60.0))
@@ -132,7 +133,8 @@ class Job:
         self.task_what: dict[int, str] = {}
         self.post: list[Callable[[], None]] = []
         self.sacct_tag: dict | None = None
-        self.run_id = f"{self.job_id}_0"
+        self.run_id = self.job_id  # torchrun --rdzv-id=$SLURM_JOB_ID
+        self.elastic_tmp = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789_") for _ in range(8)) for _ in range(nodes)]
         self.time_limit_min = rng.choice((240, 480, 720, 1440))
         self.t_hang: float | None = None
         self.slow: tuple[float, float, float] | None = None  # (from, to, factor) of iteration times
@@ -261,12 +263,6 @@ class Job:
         for r in range(self.R):
             self.sink.touch(("rank", r))
             self.sink.touch(("nccl", r))
-            if self.modern:
-                n, lr = divmod(r, self.G)
-                t = self.t_init - self.rng.uniform(0.2, 1.0)
-                self.c10(r, t, "W", "barrier", f"[PG ID 0 PG GUID 0 Rank {r}]  using GPU {lr} to perform barrier as devices used by this process "
-                         "are currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect. Specify "
-                         "device_ids in barrier() to force use of a particular device, or call init_process_group() with a device_id.")
 
     def emit_init(self, ranks: range | list[int] | None = None) -> None:
         rng = self.rng
@@ -278,6 +274,11 @@ class Job:
             ver = self.node_nccl[n]
             comm = f"0x{0x55d1c0000000 + rng.getrandbits(28):x}"
             busid = f"{gpu_bus(lr)}000"
+            if self.modern:
+                tb = t - rng.uniform(0.2, 1.0)
+                self.c10(r, tb, "W", "barrier", f"[PG ID 0 PG GUID 0 Rank {r}]  using GPU {lr} to perform barrier as devices used by this process "
+                         "are currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect. Specify "
+                         "device_ids in barrier() to force use of a particular device, or call init_process_group() with a device_id.")
             if r == 0:
                 self.ncclinfo(r, t, F.nccl_version_banner(ver, self.cuda))
             self.ncclinfo(r, t, f"cudaDriverVersion {self.node_driver[n][1]}")
@@ -294,11 +295,16 @@ class Job:
                 via = "P2P/IPC" if nn == n else f"NET/IB/{lr % 8}/GDRDMA"
                 head = f"{host}:{pid}:{tid} [{lr}] NCCL INFO Channel "
                 tail = f" : {r}[{lr}] -> {nxt}[{nlr}] via {via}"
-                block = "\n".join([f"{head}{i % nch:02d}/{i // nch % 100}{tail}" for i in range(vol)])
-                prev = (r - 1) % self.R
-                self.sink.add(("nccl", r), t + 0.2, block, vol)
-                del prev
+                ids = self._channel_ids(nch, vol)
+                self.sink.add(("nccl", r), t + 0.2, lambda head=head, tail=tail, ids=ids: [head, (tail + "\n" + head).join(ids), tail], vol)
             self.ncclinfo(r, t + 0.4, F.nccl_init_complete(ver, comm, r, self.R, lr, busid, commid))
+
+    def _channel_ids(self, nch: int, vol: int) -> list[str]:
+        key = (nch, vol)
+        if getattr(self, "_chan_key", None) != key:
+            self._chan_key = key
+            self._chan_ids = [f"{i % nch:02d}/{i // nch % 100}" for i in range(vol)]
+        return self._chan_ids
 
     def emit_training(self, until: float) -> None:
         """Iteration logs (last rank, Megatron format) and checkpoint saves (rank 0) up to ``until``."""
@@ -373,9 +379,9 @@ class Job:
 
     def error_json(self, r: int, t: float, msg: str, stack: str) -> None:
         n, lr = divmod(r, self.G)
-        self.errfiles[r] = f"/tmp/torchelastic_{self.run_id}/{self.job_id}_0/attempt_0/{lr}/error.json"
+        self.errfiles[r] = f"/tmp/torchelastic_{self.elastic_tmp[n]}/{self.run_id}/attempt_0/{lr}/error.json"
         self.tracebacks[r] = stack
-        self.sink.add(("node", n, f"torchelastic/{self.job_id}_0/attempt_0/{lr}/error.json"), t, F.error_json(msg, stack, int(t)))
+        self.sink.add(("node", n, f"torchelastic/{self.run_id}/attempt_0/{lr}/error.json"), t, F.error_json(msg, stack, int(t)))
         self.errts[r] = int(t)
 
     # -- the cascade -------------------------------------------------------------------------------
@@ -675,7 +681,6 @@ class Job:
         batch_state = {"FAILED": "FAILED", "COMPLETED": "COMPLETED", "OUT_OF_MEMORY": "FAILED"}.get(state, "CANCELLED")
         batch_exit = {"FAILED": "1:0", "COMPLETED": "0:0", "OUT_OF_MEMORY": "1:0"}.get(state, "0:15")
         nodelist = self.hostlist()
-        self.sacct_tag = getattr(self, "sacct_tag", None)
         st, en = self.t_start, t_end
         fmt = lambda t: self.local(None, t).strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731
         el = int(en - st)
@@ -691,7 +696,6 @@ class Job:
             self.sink.static("slurm/sacct.txt", text)
             if self.sacct_tag is not None:
                 self.sacct_tag.update(file="slurm/sacct.txt", line=2, text=F.sacct_text_row(list(rows[1])))
-            if self.sacct_tag is not None:
                 self.sacct_tag["message"] = self.sacct_tag["message"] or self.sacct_tag["text"]
             return
         num = lambda v: {"set": True, "infinite": False, "number": v}  # noqa: E731
@@ -723,6 +727,7 @@ class Job:
             lines = text.split("\n")
             i = next(i for i, ln in enumerate(lines) if '"current"' in ln) + 1
             self.sacct_tag.update(file="slurm/sacct.json", line=i + 1, text=lines[i])
+            self.sacct_tag["message"] = self.sacct_tag["message"] or lines[i].strip()
 
     def hostlist(self) -> str:
         if self.N == 1:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 LAYOUTS = ("slurm_out", "per_rank", "nccl_debug_file", "per_node")
 
@@ -50,7 +51,7 @@ def nic_pci(slot: int) -> str:
 class Rec:
     t: float
     seq: int
-    text: str
+    text: str | Callable[[], str]
     n: int = 1  # number of lines in text
     tag: dict | None = None  # evidence item to locate once written
     node: int | None = None  # the node that printed it (its death drops later records)
@@ -129,7 +130,10 @@ class Sink:
         kind = stream[0]
         node = stream[1] // self.router.gpus_per_node if kind in ("rank", "nccl") else (stream[1] if kind in ("agent", "node") else None)
         self.seq += 1
-        if prefix:
+        if callable(text):  # a large block built only when its file is written (keeps memory flat);
+            make = text    # it returns a list of pieces that are written one after the other
+            text = (lambda: [prefix + "".join(make()).replace("\n", "\n" + prefix)]) if prefix else make
+        elif prefix:
             text = prefix + text.replace("\n", "\n" + prefix)
         self.files.setdefault(path, []).append(Rec(t, self.seq, text, n if n is not None else text.count("\n") + 1, tag, node))
 
@@ -177,6 +181,15 @@ class Sink:
                         if not r.tag.get("message"):
                             r.tag["message"] = first
                         found.append(r.tag)
+                    if callable(r.text):
+                        fh.write("".join(chunks))
+                        chunks.clear()
+                        size = 0
+                        for piece in r.text():
+                            fh.write(piece)
+                        fh.write("\n")
+                        line += r.n
+                        continue
                     text = r.text
                     if cut is not None and process_log and i == len(recs) - 1 and r.n == 1 and len(text) > 20:
                         chunks.append(text[: len(text) // 2])  # the host died mid-write
