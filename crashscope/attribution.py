@@ -128,6 +128,13 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     report.confidence = round(max(0.0, min(0.99, p_top * coverage_penalty)), 3)
     if primary is not None:
         report.implicated = _implicated(primary, ev)
+        narrowed = _narrow_hosts(primary, same)
+        if narrowed:
+            report.implicated = _implicated(narrowed, ev)
+        elif top == "driver_drift" and len(report.implicated["nodes"]) == 2:
+            older = _older_host(ev, report.implicated["nodes"])
+            if older:
+                report.implicated = _restrict(report.implicated, older, ev)
         first = _earliest_evidence(primary)
         if first is not None:
             report.first_failure = _first_failure(first)
@@ -297,6 +304,43 @@ def _implicated(f: Any, ev: pl.DataFrame) -> dict[str, list[Any]]:
         if item not in gpus:
             gpus.append(item)
     return {"nodes": sorted(set(f.hosts)), "ranks": sorted(set(int(r) for r in f.ranks)), "gpus": gpus}
+
+
+def _narrow_hosts(primary: Any, same: list[Any]) -> Any:
+    """When the best finding cannot tell hosts apart (a 1-vs-1 version tie), a finding of
+    the same cause that names a strict subset of them (the node whose ranks failed with
+    "driver version is insufficient") picks the culprit."""
+    if len(primary.hosts) < 2:
+        return None
+    hosts = set(primary.hosts)
+    for f in same:
+        if f is not primary and f.hosts and set(f.hosts) < hosts:
+            return f
+    return None
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+
+
+def _older_host(ev: pl.DataFrame, hosts: list[str]) -> str | None:
+    """Two hosts, two versions, no majority: the one left behind (older) is the suspect,
+    as a node missed by an upgrade is the usual story."""
+    vers = ev.filter((pl.col("kind") == Kind.VERSION.value) & pl.col("host").is_in(hosts)).select(
+        "host", pl.col("attrs").str.json_path_match("$.component").alias("c"), pl.col("attrs").str.json_path_match("$.version").alias("v")
+    ).drop_nulls().unique()
+    for comp in ("driver", "cuda_driver", "nccl", "torch", "ofed", "cuda_runtime", "cuda_toolkit"):
+        per = {h: v for h, c, v in vers.iter_rows() if c == comp}
+        if len(per) == 2 and len(set(per.values())) == 2:
+            return min(per, key=lambda h: _version_tuple(per[h]))
+    return None
+
+
+def _restrict(imp: dict[str, list[Any]], host: str, ev: pl.DataFrame) -> dict[str, list[Any]]:
+    on_host = set(ev.filter(pl.col("host") == host)["rank"].drop_nulls().to_list())
+    return {"nodes": [host], "ranks": [r for r in imp["ranks"] if r in on_host], "gpus": [g for g in imp["gpus"] if g.get("node") == host]}
 
 
 def _earliest_evidence(f: Any) -> Any:

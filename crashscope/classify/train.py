@@ -2,7 +2,8 @@
 
 Training data is the simulator's corpus (``crashscope.simulate.simulate``: one job per
 cause label except ``unknown``, seeds from :data:`TRAIN_SEED_BASE`, sizes 2x2 ... 8x8,
-random layouts with confounders) plus any site incidents: a job directory holding
+random layouts with confounders, and some jobs stripped of one source: see
+:data:`DROPS`) plus any site incidents: a job directory holding
 ``crashscope-label.json`` (``{"cause": "<label>", "nodes": [...], "note": "..."}``) or the
 simulator's ``truth.json``. Every job goes through the real pipeline
 (``analyze(dir, use_classifier=False)`` -> ``evaluate`` -> ``features.extract``), so the
@@ -54,6 +55,15 @@ TEMPERATURE_RANGE: tuple[float, float] = (1.0, 10.0)
 # Confounders (benign warnings, old Xids, a user scancel, a second problem...) are drawn per
 # job with this rate, alternating by seed, so half the corpus is noisier than the default.
 CONFOUNDER_RATES: tuple[float, ...] = (0.3, 0.6)
+# Real incident directories often lack a whole source. With probability DROP_RATE (drawn
+# from the seed) one group of collected files is deleted before analysis, so the model
+# learns not to hang on a single source.
+DROP_RATE = 0.3
+DROPS: dict[str, tuple[str, ...]] = {
+    "no_sacct": ("sacct*", "slurmctld*"),
+    "no_kernel": ("dmesg*", "journal-kernel*", "kern.log*", "syslog*"),
+    "no_telemetry": ("gpu-telemetry*", "nvidia-smi*"),
+}
 # (nodes, gpus_per_node) cycled per seed: small jobs dominate real incident tickets.
 SIZES: tuple[tuple[int, int], ...] = ((2, 2), (2, 4), (3, 2), (4, 2), (2, 8), (4, 4), (4, 8), (8, 4), (8, 8))
 SIM_CAUSES: tuple[str, ...] = tuple(c for c in CAUSES if c != "unknown")
@@ -147,9 +157,31 @@ def sim_spec(cause: str, seed: int) -> tuple[str, int, int, int]:
     return cause, seed, n, g
 
 
+def drop_for(seed: int) -> str | None:
+    """Which file group (a key of :data:`DROPS`) a simulated job loses, if any."""
+    import random
+
+    rng = random.Random(seed * 7919 + 17)
+    return rng.choice(sorted(DROPS)) if rng.random() < DROP_RATE else None
+
+
+def apply_drop(job: Path, drop: str | None) -> int:
+    """Delete the files of ``drop``'s group under ``job``; returns how many."""
+    if drop is None:
+        return 0
+    n = 0
+    for pat in DROPS[drop]:
+        for p in sorted(job.rglob(pat)):
+            if p.is_file():
+                p.unlink()
+                n += 1
+    return n
+
+
 def _sim_worker(spec: tuple[str, int, int, int]) -> tuple[str, dict[str, float] | None, str]:
     cause, seed, n, g = spec
-    origin = f"sim:{cause}:{seed}:{n}x{g}"
+    drop = drop_for(seed)
+    origin = f"sim:{cause}:{seed}:{n}x{g}" + (f":{drop}" if drop else "")
     tmp = tempfile.mkdtemp(prefix="crashscope-train-")
     try:
         from crashscope.simulate import simulate
@@ -159,6 +191,7 @@ def _sim_worker(spec: tuple[str, int, int, int]) -> tuple[str, dict[str, float] 
         # clocks are all drawn from the seed.
         simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed, confounder_rate=CONFOUNDER_RATES[seed % len(CONFOUNDER_RATES)])
         (out / TRUTH_FILE).unlink(missing_ok=True)  # the answer key must not be read as a log
+        apply_drop(out, drop)
         return origin, job_features(out), ""
     except Exception as e:  # noqa: BLE001 - one bad job must not stop a training run
         return origin, None, f"{origin}: {type(e).__name__}: {e}"
@@ -196,13 +229,12 @@ def simulated_samples(n_per_cause: int, seed_base: int, *, causes: Sequence[str]
                       progress: Callable[[str], None] | None = None) -> tuple[list[Sample], list[str]]:
     """Simulate ``n_per_cause`` jobs per cause with seeds ``seed_base + i`` and featurize them."""
     specs = [sim_spec(c, seed_base + i) for c in causes for i in range(n_per_cause)]
-    labels = {f"sim:{c}:{s}:{n}x{g}": c for c, s, n, g in specs}
     samples, failures = [], []
     for origin, feats, err in _run(_sim_worker, specs, jobs, progress):
         if feats is None:
             failures.append(err)
         else:
-            samples.append(Sample(labels[origin], origin, feats))
+            samples.append(Sample(origin.split(":")[1], origin, feats))
     return samples, failures
 
 
@@ -365,7 +397,12 @@ def evaluate_model(model: Model, samples: Sequence[Sample]) -> dict[str, Any]:
     nll = _nll(P[known], yi[known]) if known.any() else float("nan")
     conf_top = float(np.mean(P.max(axis=1)))
     errors = sorted(f"{s.origin}: {t} -> {p}" for s, t, p in zip(samples, truth, pred) if t != p)
+    by_drop: dict[str, list[bool]] = {}
+    for s, t, p in zip(samples, truth, pred):
+        tag = s.origin.split(":")[4] if s.origin.startswith("sim:") and s.origin.count(":") >= 4 else "complete"
+        by_drop.setdefault(tag, []).append(t == p)
     return {
+        "accuracy_by_data": {k: {"n": len(v), "accuracy": round(sum(v) / len(v), 4)} for k, v in sorted(by_drop.items())},
         "n": len(samples),
         "accuracy": round(sum(t == p for t, p in zip(truth, pred)) / len(samples), 4),
         "mean_confidence": round(conf_top, 4),
@@ -421,6 +458,8 @@ def train(
         "simulated_seeds": [TRAIN_SEED_BASE + seed, TRAIN_SEED_BASE + seed + max(simulate_per_cause - 1, 0)] if simulate_per_cause else [],
         "sizes": [f"{n}x{g}" for n, g in SIZES],
         "confounder_rates": list(CONFOUNDER_RATES),
+        "drop_rate": DROP_RATE,
+        "drops": {k: list(v) for k, v in DROPS.items()},
         "site_jobs": site,
         "failed_jobs": len(failures),
     }

@@ -32,10 +32,13 @@ def register(app: typer.Typer) -> None:
         from crashscope.simulate.layout import LAYOUTS
 
         if corpus:
-            from crashscope.simulate.corpus import generate_corpus
+            from crashscope.simulate.corpus import generate_corpus, readme_text
 
             names = generate_corpus(out)
             typer.echo(f"wrote {len(names)} scenarios to {out}")
+            if out.name == "jobs":  # fixtures/jobs -> fixtures/README.md lists the scenarios
+                (out.parent / "README.md").write_text(readme_text(out), encoding="utf-8")
+                typer.echo(f"wrote {out.parent / 'README.md'}")
             return
         if cause not in CAUSES:
             raise typer.BadParameter(f"choose one of {', '.join(CAUSES)}", param_hint="--cause")

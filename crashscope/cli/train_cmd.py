@@ -61,6 +61,9 @@ def register(app: typer.Typer) -> None:
         if result.test:
             t = result.test
             typer.echo(f"test: top-1 accuracy {t['accuracy']:.3f} on {t['n']} simulated jobs (seeds {t['seeds'][0]}..{t['seeds'][1]} per cause), NLL {t['nll']}")
+            by = ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})" for k, v in t.get("accuracy_by_data", {}).items())
+            if by:
+                typer.echo(f"  by data: {by}")
             for cause, row in t["confusion"].items():
                 wrong = ", ".join(f"{p}:{n}" for p, n in row.items() if p != cause)
                 typer.echo(f"  {cause:15s} recall {t['recall'][cause]:.2f}" + (f"  (confused with {wrong})" if wrong else ""))

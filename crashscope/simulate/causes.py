@@ -97,8 +97,9 @@ def fabric_timeout(job: Job) -> None:
 
 
 def storage_stall(job: Job) -> None:
-    """A checkpoint save that starts and never ends on one rank, ``nfs: server X not responding`` and a hung
-    task with an NFS/sunrpc stack on its node; the others time out in the next collective."""
+    """A checkpoint save that starts and never ends (rank 0's Megatron line), ``nfs: server X not responding``
+    and a hung task with an NFS/sunrpc stack on the stuck rank's node; the others time out waiting for it
+    (``rank0_save``: rank 0 writes alone; ``sharded``: another rank's shard write hangs)."""
     rng = job.rng
     variant = job.variant or rng.choice(("rank0_save", "sharded"))
     job.variant = variant
@@ -107,12 +108,10 @@ def storage_stall(job: Job) -> None:
     t0 = job.t_of_iter(it) + 0.05
     job.emit_init()
     job.emit_training(t0 - 1.0)
-    ck = f"saving checkpoint at iteration {it:7d} to {job.ckpt_path}"
-    if variant == "sharded":
-        for x in range(job.R):
-            if x != r:
-                job.ckpt(x, t0, it, done=t0 + rng.uniform(3, 8))
-    job.ckpt(r, t0, it, None, job.ev(t0, n, r, "app", ck))
+    # Megatron prints from rank 0 only; with a sharded (torch_dist) save rank 0 waits for the stuck rank's
+    # shard, so in both variants the start line has no matching end.
+    ck = job.ckpt_start_text(it)
+    job.ckpt(0, t0, it, None, job.ev(t0, 0, 0, "app", ck))
     tn = t0 + rng.uniform(20, 90)
     msg = F.nfs_not_responding(job.nfs_server)
     job.klog(n, tn, msg, 4, job.ev(tn, n, None, "kernel", msg, first=True))

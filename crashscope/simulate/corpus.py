@@ -77,3 +77,59 @@ def generate_corpus(root: str | os.PathLike[str]) -> list[str]:
             shutil.copytree(tmp, dest)
         names.append(name)
     return names
+
+
+README_HEAD = """# Fixture corpus
+
+`fixtures/jobs/<scenario>/` holds simulated multi-node training job directories made by
+`crashscope simulate` (crashscope/simulate/). Every line follows the real formats
+described in the format references (NCCL, PyTorch/torchrun, Slurm, kernel/Xid, nvidia-smi);
+hosts (`node001`…), IPs (`10.x`) and job ids are fictitious.
+
+Regenerate the whole corpus (deterministic, byte for byte) with:
+
+```
+crashscope simulate fixtures/jobs --corpus
+```
+
+The scenario list lives in `crashscope/simulate/corpus.py` (`SCENARIOS`);
+`tests/test_simulate.py::test_corpus_regenerates_identically` regenerates it into a temporary
+directory and compares every file, so after changing the simulator run the command above
+and commit the result.
+
+Each scenario directory contains the job's files in one of four layouts and a
+`truth.json` answer key:
+
+* `slurm-<jobid>.out`: srun/slurmstepd lines; in the `slurm_out` layout also every rank's output
+  under `srun -l` labels (`0: [default3]:...`, torchrun per node);
+* `logs/rank<r>.log`, `logs/torchrun.<host>.log` (`per_rank`), plus
+  `nccl/nccl.<host>.<pid>.log` (`nccl_debug_file`, i.e. `NCCL_DEBUG_FILE=nccl.%h.%p.log`);
+  `<host>/train.log` (`per_node`);
+* per node (`nodes/<host>/` or `<host>/`): the kernel log (`dmesg.txt` raw, `dmesg-T.txt`,
+  `journal-kernel.log` short-precise, `journal-kernel-iso.log` short-iso, `journal-kernel.json`),
+  `gpu-telemetry.csv` (`nvidia-smi --query-gpu ... --format=csv`), `nvidia-smi-q.txt`,
+  `pip-freeze.txt`, `ofed_info-s.txt`, `proc-driver-nvidia-version.txt`, `proc-stat.txt`
+  (btime), `timedatectl.txt`, `collect.json` (the collector's host/zone/boot record) and
+  `torchelastic/<run>/attempt_0/<local_rank>/error.json` when a worker raised;
+* `slurm/slurmctld.log`, `slurm/sacct.txt` (`sacct -P`) or `slurm/sacct.json` (`sacct --json`);
+* `truth.json`: the report contract's fields (`job`, `cause`, `implicated`, `first_failure`,
+  `evidence` with the planted lines' exact `file`/`line`/`text`) plus `confounders`,
+  `layout`, `seed` and `options` (versions, time zone, per-host clock skew, kernel log
+  formats, timeout, ...).
+
+`sample_fabric_timeout` (4 nodes x 8 GPUs) is the README's sample job.
+
+"""
+
+
+def readme_text(root: str | os.PathLike[str]) -> str:
+    """fixtures/README.md: how to regenerate, what the files are, and the scenario table."""
+    import json
+
+    rows = ["| scenario | cause | variant | size | layout | versions | confounders |", "|---|---|---|---|---|---|---|"]
+    for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        t = json.loads((d / "truth.json").read_text())
+        o = t["options"]
+        rows.append(f"| `{d.name}` | {t['cause']} | {o['variant'] or ''} | {o['nodes']}x{o['gpus_per_node']} | {t['layout']} | "
+                    f"torch {o['torch']} / NCCL {o['nccl']} | {', '.join(o['confounders']) or '-'} |")
+    return README_HEAD + "\n".join(rows) + "\n"

@@ -337,9 +337,14 @@ class Job:
         return 1.0
 
     def ckpt(self, r: int, t: float, it: int, done: float | None, tag: dict | None = None) -> None:
-        self.plain(r, t, [f"saving checkpoint at iteration {it:7d} to {self.ckpt_path}"], tag)
+        """Megatron-LM checkpointing.py (print_rank_0): ``saving checkpoint at iteration {:7d} to {} in {} format`` /
+        ``  successfully saved checkpoint from iteration {:7d} to {}``."""
+        self.plain(r, t, [self.ckpt_start_text(it)], tag)
         if done is not None:
-            self.plain(r, done, [f"  successfully saved checkpoint at iteration {it:7d} to {self.ckpt_path}"])
+            self.plain(r, done, [f"  successfully saved checkpoint from iteration {it:7d} to {self.ckpt_path}"])
+
+    def ckpt_start_text(self, it: int) -> str:
+        return f"saving checkpoint at iteration {it:7d} to {self.ckpt_path} in torch_dist format"
 
     # -- ends -------------------------------------------------------------------------------------
     def pending(self, t_hang: float) -> tuple[int, str, int]:

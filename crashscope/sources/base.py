@@ -65,6 +65,10 @@ class ParseOptions:
     month: int | None = None  # job start month, for Dec->Jan roll-over of year-less stamps
 
 
+# Rows are built with ints for time and plain strings for the enums, then cast once.
+_ROW_SCHEMA = {k: (pl.Int64 if k == "time" else pl.String if isinstance(v, pl.Enum) else v) for k, v in EVENT_SCHEMA.items()}
+
+
 class ParseContext:
     """Collects the events and warnings of one file for one source."""
 
@@ -132,8 +136,8 @@ class ParseContext:
     def frame(self) -> pl.DataFrame:
         if not self.rows:
             return pl.DataFrame(schema=EVENT_SCHEMA)
-        df = pl.DataFrame(self.rows, schema_overrides={k: v for k, v in EVENT_SCHEMA.items() if k != "time"}, strict=False)
-        return df.with_columns(pl.col("time").cast(pl.Int64).cast(pl.Datetime("ns", "UTC"))).select(
+        df = pl.DataFrame(self.rows, schema={**_ROW_SCHEMA}, strict=False)
+        return df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC"))).select(
             [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
         )
 
