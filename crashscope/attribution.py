@@ -63,7 +63,7 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     """Fill the verdict fields of ``report`` from the timeline."""
     from crashscope.engine.evaluate import evaluate
 
-    ev = tl.events
+    ev = _this_job(tl.events, tl.job_id)
     try:
         findings = evaluate(ev, include_experimental=include_experimental, expected_ranks=tl.world_size)
     except Exception as exc:  # noqa: BLE001 - a rule bug must not cost the report
@@ -85,7 +85,12 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         per_cause[f.cause] = min(1.0, per_cause[f.cause] + (s if f.cause not in best else 0.1 * s))
         best.setdefault(f.cause, (s, f))
 
-    failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
+    if outcome == "COMPLETED":
+        # Slurm says it completed: only hard failure signals overrule it (stray Xids,
+        # recovered NFS hiccups and old warnings do not).
+        failed = _has_failure_events(ev, completed=True)
+    else:
+        failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
     clf = _classifier(tl, findings) if use_classifier else None
     report.classifier = clf
 
@@ -123,6 +128,11 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
 
     primary = best[top][1] if top in best else None
     same = [f for _, f in scored if f.cause == top]
+    if primary is not None and not primary.hosts:
+        # Job-level statements (sacct NODE_FAIL) name no host; a corroborating finding may.
+        located = next((f for f in same if f.hosts), None)
+        if located is not None:
+            primary = located
     report.cause = top
     coverage_penalty = 0.9 ** min(len(report.missing), 3)
     report.confidence = round(max(0.0, min(0.99, p_top * coverage_penalty)), 3)
@@ -167,6 +177,14 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     ][:6]
     report.summary = _summary(top, primary, symptoms, tl)
     report.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
+
+
+def _this_job(ev: pl.DataFrame, job_id: str | None) -> pl.DataFrame:
+    """Lines about other jobs (a user's scancel of another job in slurmctld.log, an OOM
+    kill in another job's cgroup) are not evidence about this one."""
+    if not job_id:
+        return ev
+    return ev.filter(pl.col("job_id").is_null() | (pl.col("job_id") == job_id) | pl.col("job_id").str.starts_with(job_id + "."))
 
 
 def score_finding(f: Any, t_fail: int | None) -> float:
@@ -230,10 +248,11 @@ def job_outcome(ev: pl.DataFrame) -> str | None:
     return states[0][1]
 
 
-def _has_failure_events(ev: pl.DataFrame) -> bool:
-    bad = ev.filter(
-        pl.col("kind").cast(pl.String).is_in([Kind.COLLECTIVE_TIMEOUT.value, Kind.EXCEPTION.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value])
-    )
+def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
+    kinds = [Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value]
+    if not completed:
+        kinds.append(Kind.EXCEPTION.value)  # a logged, caught traceback does not undo COMPLETED
+    bad = ev.filter(pl.col("kind").cast(pl.String).is_in(kinds) & (pl.col("severity").cast(pl.String) != "info"))
     if bad.height:
         return True
     exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)

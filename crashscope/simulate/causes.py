@@ -15,7 +15,7 @@ from typing import Callable
 
 from crashscope.simulate import formats as F
 from crashscope.simulate.job import OLD_DRIVER, Job
-from crashscope.simulate.layout import NIC_BUSES, nic_pci
+from crashscope.simulate.layout import NIC_BUSES, nic_pci, pci_xid
 
 SITE = "/usr/local/lib/python3.10/dist-packages"
 MEG = "/workspace/Megatron-LM"
@@ -228,7 +228,7 @@ def gpu_hardware(job: Job) -> None:
         t63 = t0 - 0.2
         job.xid(n, lr, t63, 63, pid)
     text = F.XID_MESSAGES[code].replace("{n}", str(lr))
-    job.xid(n, lr, t0, code, pid, text, job.ev(t0, n, None, "kernel", F.xid_line(F_pci(lr), code, pid, "python3" if pid else None, text), first=True))
+    job.xid(n, lr, t0, code, pid, text, job.ev(t0, n, None, "kernel", F.xid_line(pci_xid(lr), code, pid, "python3" if pid else None, text), first=True))
     if code == 79:
         job.gpu_dead[(n, lr)] = t0
     if code in (48, 94, 95, 64):
@@ -252,11 +252,6 @@ def gpu_hardware(job: Job) -> None:
                 continue
             job.xid(n, g, job.ended[x][0] + 0.25, 45, job.pid[x])
     job.post.append(xid45)
-
-
-def F_pci(g: int) -> str:
-    from crashscope.simulate.layout import pci_xid
-    return pci_xid(g)
 
 
 def node_failure(job: Job) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import heapq
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Callable
 from zoneinfo import ZoneInfo
 
 from crashscope.simulate import formats as F
-from crashscope.simulate.layout import Router, Sink, nic_pci, pci_full, pci_smi, pci_xid, gpu_bus
+from crashscope.simulate.layout import Router, Sink, gpu_bus, nic_pci, pci_smi, pci_xid
 
 UTC = timezone.utc
 
