@@ -198,16 +198,39 @@ def _open_nofollow(path: str) -> tuple[BinaryIO | None, os.stat_result | None, s
         return None, None, exc.strerror or str(exc)
 
 
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    """A regular file found by the directory scan, not yet opened."""
+
+    abs_path: str
+    rel: str
+    size: int
+
+
 def walk(root: Path) -> Iterator[Entry | Skipped]:
     """Yield every readable file under ``root`` (and inside archives) in a stable order.
 
     Each ``Entry.stream`` must be consumed before the iterator advances (tar members are
     streamed). The caller closes nothing: the walk does.
     """
+    for ref in scan(root):
+        if isinstance(ref, Skipped):
+            yield ref
+        else:
+            yield from open_ref(ref)
+
+
+def open_ref(ref: FileRef) -> Iterator[Entry | Skipped]:
+    """The entries of one file: itself, decompressed, or its archive members."""
+    yield from _yield_file(ref.abs_path, ref.rel)
+
+
+def scan(root: Path) -> Iterator[FileRef | Skipped]:
+    """The directory scan alone: regular files in a stable order, and what was skipped."""
     root = Path(root)
     root_real = os.path.realpath(root)
     if os.path.isfile(root_real):
-        yield from _yield_file(root_real, os.path.basename(root_real))
+        yield FileRef(root_real, os.path.basename(root_real), os.path.getsize(root_real))
         return
     seen_dirs: set[tuple[int, int]] = set()
     seen_files: set[tuple[int, int]] = set()
@@ -251,7 +274,7 @@ def walk(root: Path) -> Iterator[Entry | Skipped]:
             except (OSError, ValueError) as exc:
                 yield Skipped(rel, f"cannot inspect: {exc}", unreadable=True)
                 continue
-            yield from _yield_file(e.path, rel)
+            yield FileRef(e.path, rel, est.st_size)
         stack.extend(reversed(subdirs))
 
 

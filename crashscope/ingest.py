@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -17,18 +18,23 @@ from typing import Callable, Iterable
 import polars as pl
 import regex
 
-from crashscope.bundle import Entry, PeekStream, Skipped, host_hint_from_path, rank_hint_from_path, read_head, walk
+from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
-from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode
+from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
 
 log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 32 * 1024 * 1024
+SNIFF_BYTES = 16 * 1024  # sniffers see this much of a file's head (they run on every file)
 MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not a log line)
 BINARY_CONTROL_FRACTION = 0.05
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
 NEAR_TIE = 0.05
+BATCH_BYTES = 64 * 1024 * 1024
+BATCH_FILES = 64
+PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
+MAX_WORKERS = 8
 # Labels of a job (simulator ground truth, an operator's label) are never read as logs:
 # the analysis must not see the answer.
 LABEL_FILES = {"truth.json", "crashscope-label.json"}
@@ -68,45 +74,105 @@ def ingest(
     *,
     progress: Callable[[str, int], None] | None = None,
     overrides: dict[str, str] | None = None,
+    workers: int | None = None,
 ) -> IngestResult:
     """Read every file under ``root`` into one events frame (times not yet aligned).
 
     Args:
         root: the job's log directory (or one file / archive).
         options: time zone and year for local-time sources.
-        progress: called with (file, bytes) after each file.
+        progress: called with (file, bytes) after each batch of files.
         overrides: {fnmatch glob: source name} forcing a source for matching files.
+        workers: processes to parse with; default: all cores for large jobs, else 1.
     """
     root = Path(root)
     options = options or ParseOptions()
-    frames: list[pl.DataFrame] = []
+    refs: list[FileRef] = []
     files: list[FileRecord] = []
     warnings: list[str] = []
-    total = 0
-    for item in walk(root):
+    for item in scan(root):
         if isinstance(item, Skipped):
             warnings.append(f"{item.path}: {item.reason}")
             if item.unreadable:
                 files.append(FileRecord(item.path, "unreadable", note=item.reason))
-            continue
-        if item.name in LABEL_FILES:
-            files.append(FileRecord(item.path, "unrecognized", note="job label file, not a log"))
-            continue
-        rec, frame, file_warnings = _ingest_entry(item, options, overrides)
-        files.append(rec)
-        warnings.extend(file_warnings)
-        total += rec.bytes
+        else:
+            refs.append(item)
+    batches = _batches(refs)
+    if workers is None:
+        total_size = sum(r.size for r in refs)
+        workers = min(os.cpu_count() or 1, MAX_WORKERS) if (total_size >= PARALLEL_MIN_BYTES and len(batches) > 1) else 1
+    frames: list[pl.DataFrame] = []
+    total = 0
+    for recs, frame, batch_warnings in _run_batches(batches, options, overrides, workers):
+        files.extend(recs)
+        warnings.extend(batch_warnings)
+        total += sum(r.bytes for r in recs)
         if frame.height:
             frames.append(frame)
-        if progress:
-            progress(item.path, rec.bytes)
+        if progress and recs:
+            progress(recs[-1].file, sum(r.bytes for r in recs))
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+    # Scan order is by directory; report files in path order for stable output.
     return IngestResult(root=root, events=events, files=files, warnings=warnings, bytes_read=total)
+
+
+def _batches(refs: list[FileRef]) -> list[list[FileRef]]:
+    """Group files so each task carries ~BATCH_BYTES or BATCH_FILES (fixed costs amortised)."""
+    out: list[list[FileRef]] = []
+    cur: list[FileRef] = []
+    size = 0
+    for r in refs:
+        cur.append(r)
+        size += r.size
+        if size >= BATCH_BYTES or len(cur) >= BATCH_FILES:
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _run_batches(batches, options, overrides, workers):  # type: ignore[no-untyped-def]
+    if workers <= 1 or len(batches) <= 1:
+        for b in batches:
+            yield ingest_batch(b, options, overrides)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: polars' thread pool does not survive fork.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        yield from pool.map(ingest_batch, batches, [options] * len(batches), [overrides] * len(batches))
+
+
+def ingest_batch(
+    refs: list[FileRef], options: ParseOptions, overrides: dict[str, str] | None
+) -> tuple[list[FileRecord], pl.DataFrame, list[str]]:
+    """Parse a batch of files (in this process or a worker): records, one frame, warnings."""
+    files: list[FileRecord] = []
+    warnings: list[str] = []
+    rows: list[dict] = []
+    for ref in refs:
+        for item in open_ref(ref):
+            if isinstance(item, Skipped):
+                warnings.append(f"{item.path}: {item.reason}")
+                if item.unreadable:
+                    files.append(FileRecord(item.path, "unreadable", note=item.reason))
+                continue
+            if item.name in LABEL_FILES:
+                files.append(FileRecord(item.path, "unrecognized", note="job label file, not a log"))
+                continue
+            rec, file_rows, file_warnings = _ingest_entry(item, options, overrides)
+            files.append(rec)
+            warnings.extend(file_warnings)
+            rows.extend(file_rows)
+    return files, frame_from_rows(rows), warnings
 
 
 def _ingest_entry(
     entry: Entry, options: ParseOptions, overrides: dict[str, str] | None
-) -> tuple[FileRecord, pl.DataFrame, list[str]]:
+) -> tuple[FileRecord, list[dict], list[str]]:
     head, head_err = read_head(entry.stream)
     stream = PeekStream(head, entry.stream)
     rec = FileRecord(entry.path, "unrecognized")
@@ -122,9 +188,10 @@ def _ingest_entry(
         err = head_err or getattr(entry.stream, "error", None)
         if err:
             warnings.append(f"{entry.path}: {err}")
-        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+        return rec, [], warnings
     binary = _looks_binary(head[:8192])
-    head_text, _ = decode(head[: len(head) - _partial_utf8_tail(head)])
+    sniff_head = head[:SNIFF_BYTES]
+    head_text, _ = decode(sniff_head[: len(sniff_head) - _partial_utf8_tail(sniff_head)])
     forced = _override(entry.path, overrides)
     if forced is not None:
         winner, score, runner = forced, 1.0, None
@@ -146,7 +213,7 @@ def _ingest_entry(
             rec.note = "binary"
             warnings.append(f"{entry.path}: binary file that no source reads; skipped")
             rec.bytes = len(head)
-            return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+            return rec, [], warnings
         # Text nobody recognises from its head (a user's train.log, a file opening with a
         # huge line) is still scanned: a traceback on line 90,000 is what matters.
         winner = None
@@ -156,13 +223,13 @@ def _ingest_entry(
         rec.kind, rec.confidence = winner.name, round(score, 3)
     try:
         if isinstance(winner, FileSource):
-            frame, ctxs = _parse_whole(stream, winner, info, options, rec)
+            ctxs = _parse_whole(stream, winner, info, options, rec)
         else:
-            frame, ctxs = _scan_lines(stream, info, options, rec)
+            ctxs = _scan_lines(stream, info, options, rec)
     except Exception as exc:  # noqa: BLE001 - a parser bug must cost one file, not the run
         log.exception("parser failure on %s", entry.path)
         warnings.append(f"{entry.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
-        return rec, pl.DataFrame(schema=EVENT_SCHEMA), warnings
+        return rec, [], warnings
     err = stream.error or getattr(entry.stream, "error", None)
     if err:
         warnings.append(f"{entry.path}: {err}; read what was there")
@@ -172,11 +239,14 @@ def _ingest_entry(
         if ctx.suppressed_warnings:
             warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
         rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
-    rec.events = frame.height
-    if winner is None and frame.height:
-        rec.kind = frame["source"].cast(pl.String).mode().sort()[0]
-        rec.note = "recognized by lines beyond the first 64 KiB"
-    return rec, frame, warnings
+    rows = [r for ctx in ctxs for r in ctx.rows]
+    rec.events = len(rows)
+    if winner is None and rows:
+        from collections import Counter
+
+        rec.kind = Counter(r["source"] for r in rows).most_common(1)[0][0]
+        rec.note = "recognized by lines beyond the first 16 KiB"
+    return rec, rows, warnings
 
 
 def _looks_binary(sample: bytes) -> bool:
@@ -219,7 +289,7 @@ def _parse_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: P
     rec.bytes = len(data)
     rec.lines = data.count(b"\n")
     src.parse_file(data, ctx)
-    return ctx.frame(), [ctx]
+    return [ctx]
 
 
 # One Rust regex for all line sources; per-source Python regexes split the hits.
@@ -236,7 +306,7 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
     lineno = 1
     skipping = False
     while True:
-        chunk = stream.read(BLOCK_BYTES)
+        chunk = _read_full(stream, BLOCK_BYTES)
         if not chunk:
             break
         rec.bytes += len(chunk)
@@ -268,6 +338,20 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
         yield lineno, carry + b"\n"
 
 
+def _read_full(stream, n: int) -> bytes:  # type: ignore[no-untyped-def]
+    """Up to n bytes: raw streams return short reads, and a block per short read would
+    multiply the per-block cost."""
+    parts = []
+    got = 0
+    while got < n:
+        b = stream.read(n - got)
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
 def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:
     """Line numbers and texts of the block's lines matching any prefilter."""
     n_lines = block.count(b"\n")
@@ -282,7 +366,6 @@ def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[i
             new_columns=["l"],
             schema_overrides={"l": pl.String},
             infer_schema=False,
-            rechunk=False,
         )
         ok = df.height == n_lines
     except Exception:  # noqa: BLE001 - fall back to Python splitting for odd bytes
@@ -310,7 +393,6 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
         texts.extend(ts)
         rec.lines += n
     ctxs = []
-    frames = []
     bad_utf8 = False
     for src, rx in _PER_SOURCE:
         mine = [(n, t) for n, t in zip(numbers, texts) if rx.search(t)]
@@ -319,7 +401,6 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
         ctx = ParseContext(info, src.name, options)
         src.parse_lines(mine, ctx)
         ctxs.append(ctx)
-        frames.append(ctx.frame())
         bad_utf8 = bad_utf8 or any("\ufffd" in t for _, t in mine)
     if notes or bad_utf8:
         ctx = ParseContext(info, rec.kind, options)
@@ -328,5 +409,4 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
         if bad_utf8:
             ctx.warn("bytes that are not UTF-8 were replaced")
         ctxs.append(ctx)
-    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
-    return frame, ctxs
+    return ctxs

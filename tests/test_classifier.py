@@ -108,7 +108,7 @@ def test_extract_empty_timeline() -> None:
 
 
 def test_shipped_model_matches_code() -> None:
-    m = load_model()
+    m = load_model(DEFAULT_PATH)
     assert m.features == F.FEATURES
     assert m.features_version == F.FEATURES_VERSION
     assert m.version == m.model_version != ""
@@ -120,7 +120,7 @@ def test_shipped_model_matches_code() -> None:
 
 
 def test_shipped_model_probabilities() -> None:
-    m = load_model()
+    m = load_model(DEFAULT_PATH)
     tl, findings = _timeline()
     p = m.predict_proba(F.extract(tl, findings))
     assert set(p) == set(m.classes)
@@ -139,6 +139,17 @@ def test_predict_needs_no_sklearn() -> None:
         "assert not any(m == 'sklearn' or m.startswith('sklearn.') for m in sys.modules), 'sklearn imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_site_model_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = json.loads(DEFAULT_PATH.read_text())
+    p = tmp_path / "site.json"
+    p.write_text(json.dumps(dict(raw, model_version="1.site")))
+    monkeypatch.setenv("CRASHSCOPE_CLASSIFIER", str(p))
+    assert load_model().model_version == "1.site"
+    monkeypatch.setenv("CRASHSCOPE_CLASSIFIER", str(tmp_path / "absent.json"))
+    with pytest.raises(ClassifierError, match="absent.json"):
+        load_model()
 
 
 def test_wrong_feature_list_is_refused(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -34,6 +35,7 @@ from crashscope.classify.features import FEATURES, FEATURES_VERSION
 
 FORMAT = 1
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "classifier.json"
+ENV_VAR = "CRASHSCOPE_CLASSIFIER"  # path of a site-trained model used instead of the shipped one
 RETRAIN_HINT = "retrain it with `crashscope train --out <path>` (see docs/classifier.md)"
 
 
@@ -186,13 +188,16 @@ def model_from_json(obj: Any, *, where: str = "model", check_features: bool = Tr
 
 
 def load_model(path: Path | str | None = None) -> Model:
-    """Load a model file (default: the shipped ``crashscope/data/classifier.json``).
+    """Load a model file (default: ``$CRASHSCOPE_CLASSIFIER`` when set, else the shipped
+    ``crashscope/data/classifier.json``).
 
     Raises:
         ClassifierError: the file is missing, not JSON, malformed, or was trained for a
             different feature list.
     """
-    p = Path(path) if path is not None else DEFAULT_PATH
+    if path is None:
+        path = os.environ.get(ENV_VAR) or DEFAULT_PATH
+    p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
@@ -208,7 +213,7 @@ _DEFAULT: Model | None = None
 
 
 def default_model() -> Model:
-    """The shipped model, loaded once per process."""
+    """``load_model()``, loaded once per process."""
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = load_model()

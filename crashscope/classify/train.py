@@ -187,8 +187,8 @@ def _sim_worker(spec: tuple[str, int, int, int]) -> tuple[str, dict[str, float] 
         from crashscope.simulate import simulate
 
         out = Path(tmp) / "job"
-        # Layout, confounders (each with the simulator's default rate), versions, zones and
-        # clocks are all drawn from the seed.
+        # Layout, confounders (at the rate CONFOUNDER_RATES picks), variant, versions, zones
+        # and clocks are all drawn from the seed.
         simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed, confounder_rate=CONFOUNDER_RATES[seed % len(CONFOUNDER_RATES)])
         (out / TRUTH_FILE).unlink(missing_ok=True)  # the answer key must not be read as a log
         apply_drop(out, drop)
@@ -419,7 +419,7 @@ def evaluate_model(model: Model, samples: Sequence[Sample]) -> dict[str, Any]:
 def train(
     dirs: Sequence[Path | str] = (),
     *,
-    simulate_per_cause: int = 24,
+    simulate_per_cause: int = 40,
     test_per_cause: int = 0,
     seed: int = 0,
     jobs: int | None = None,

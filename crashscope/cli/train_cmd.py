@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         dirs: Optional[list[Path]] = typer.Argument(None, help="Directories holding labeled jobs (crashscope-label.json or truth.json), searched recursively."),
         out: Path = typer.Option(Path("classifier.json"), "--out", "-o", help="Where to write the model JSON (crashscope/data/classifier.json replaces the shipped one)."),
         seed: int = typer.Option(0, "--seed", help="Shifts every simulator seed and the calibration split; same seed, same model."),
-        simulate: int = typer.Option(24, "--simulate", help="Simulated training jobs per cause (0: only DIRS)."),
+        simulate: int = typer.Option(40, "--simulate", help="Simulated training jobs per cause (0: only DIRS)."),
         test: int = typer.Option(0, "--test", help="Also score on N simulated jobs per cause from a disjoint seed range."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: CPUs, at most 8)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         are generated in a temporary directory and deleted.
 
         Example:
-            crashscope train --out crashscope/data/classifier.json --test 10
+            crashscope train --out crashscope/data/classifier.json --test 20
             crashscope train /site/incidents --simulate 12 --out site-classifier.json
         """
         from crashscope.classify.train import TrainingError, train as run_train, write_model

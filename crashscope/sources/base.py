@@ -134,12 +134,7 @@ class ParseContext:
         self.warnings.append(ParseWarning(self.file.path, line, reason, excerpt[:80]))
 
     def frame(self) -> pl.DataFrame:
-        if not self.rows:
-            return pl.DataFrame(schema=EVENT_SCHEMA)
-        df = pl.DataFrame(self.rows, schema={**_ROW_SCHEMA}, strict=False)
-        return df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC"))).select(
-            [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
-        )
+        return frame_from_rows(self.rows)
 
     # -- time -----------------------------------------------------------------------------
     def local_quality(self) -> TimeQuality:
@@ -163,6 +158,16 @@ class ParseContext:
         if self.options.month == 12 and month == 1:
             year += 1
         return self.local_ns(year, month, day, hh, mm, ss, ns)
+
+
+def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Event rows (as ``ParseContext.emit`` builds them) to one ``EVENT_SCHEMA`` frame."""
+    if not rows:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    df = pl.DataFrame(rows, schema={**_ROW_SCHEMA}, strict=False)
+    return df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC"))).select(
+        [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
+    )
 
 
 def _val(x: Any) -> Any:
@@ -309,7 +314,7 @@ class Source:
     filename_hints: ClassVar[tuple[str, ...]] = ()
 
     def sniff(self, head: str, name: str) -> float:
-        """Confidence 0..1 that this source understands a file, from its first 64 KiB."""
+        """Confidence 0..1 that this source understands a file, from its first 16 KiB."""
         raise NotImplementedError
 
 
