@@ -26,7 +26,7 @@ from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseConte
 log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 32 * 1024 * 1024
-SNIFF_BYTES = 16 * 1024  # sniffers see this much of a file's head (they run on every file)
+SNIFF_BYTES = 8 * 1024  # sniffers see this much of a file's head (they run on every file)
 MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not a log line)
 BINARY_CONTROL_FRACTION = 0.05
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
@@ -140,10 +140,26 @@ def _run_batches(batches, options, overrides, workers):  # type: ignore[no-untyp
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn, not fork: polars' thread pool does not survive fork.
+    # spawn, not fork: polars' thread pool does not survive fork. One polars thread per
+    # worker: the workers already use every core.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        yield from pool.map(ingest_batch, batches, [options] * len(batches), [overrides] * len(batches))
+    saved = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for result in pool.map(ingest_batch, batches, [options] * len(batches), [overrides] * len(batches)):
+                yield result
+                done += 1
+    except Exception as exc:  # noqa: BLE001 - e.g. a __main__ that spawn cannot re-import
+        log.info("worker processes failed (%s); parsing the rest in this process", exc)
+        for b in batches[done:]:
+            yield ingest_batch(b, options, overrides)
+    finally:
+        if saved is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = saved
 
 
 def ingest_batch(
@@ -245,7 +261,7 @@ def _ingest_entry(
         from collections import Counter
 
         rec.kind = Counter(r["source"] for r in rows).most_common(1)[0][0]
-        rec.note = "recognized by lines beyond the first 16 KiB"
+        rec.note = "recognized by lines beyond the first 8 KiB"
     return rec, rows, warnings
 
 
@@ -297,13 +313,12 @@ _COMBINED = "|".join(f"(?:{s.prefilter})" for s in LINE_SOURCES)
 _PER_SOURCE = [(s, regex.compile(s.prefilter)) for s in LINE_SOURCES]
 
 
-def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[str]) -> Iterable[tuple[int, bytes]]:
-    """Yield (first_line_number, block) where each block holds whole lines ending in \\n.
+def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[str]) -> Iterable[bytes]:
+    """Yield blocks of whole lines, each ending in \\n (the consumer counts lines once).
 
-    Lines longer than MAX_LINE_BYTES are cut (noted once per file).
+    Lines longer than MAX_LINE_BYTES are cut.
     """
     carry = b""
-    lineno = 1
     skipping = False
     while True:
         chunk = _read_full(stream, BLOCK_BYTES)
@@ -320,22 +335,19 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(data) > MAX_LINE_BYTES:
-                notes.append(f"line {lineno} is longer than {MAX_LINE_BYTES // 1024} KiB; cut")
-                yield lineno, data[:MAX_LINE_BYTES] + b"\n"
-                lineno += 1
+                notes.append(f"a line longer than {MAX_LINE_BYTES // 1024} KiB was cut")
+                yield data[:MAX_LINE_BYTES] + b"\n"
                 carry, skipping = b"", True
             else:
                 carry = data
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         if len(carry) > MAX_LINE_BYTES:
-            notes.append(f"a line after line {lineno} is longer than {MAX_LINE_BYTES // 1024} KiB; cut")
+            notes.append(f"a line longer than {MAX_LINE_BYTES // 1024} KiB was cut")
             carry, skipping = carry[:MAX_LINE_BYTES], True
-        n = block.count(b"\n")
-        yield lineno, block
-        lineno += n
+        yield block
     if carry:
-        yield lineno, carry + b"\n"
+        yield carry + b"\n"
 
 
 def _read_full(stream, n: int) -> bytes:  # type: ignore[no-untyped-def]
@@ -367,28 +379,38 @@ def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[i
             schema_overrides={"l": pl.String},
             infer_schema=False,
         )
+        # Blocks end in a newline, so every line is a row (empty ones as null); the line
+        # numbers of the evidence depend on it, so check.
         ok = df.height == n_lines
     except Exception:  # noqa: BLE001 - fall back to Python splitting for odd bytes
         ok = False
     if not ok:
         text = block.decode("utf-8", "replace").replace("\x1f", " ")
-        df = pl.DataFrame({"l": text.split("\n")[:n_lines]})
-    df = df.with_row_index("n", offset=first_line)
-    if len(block) > MAX_LINE_BYTES:
-        long = df.filter(pl.col("l").str.len_bytes() > MAX_LINE_BYTES)["n"]
-        if long.len():
-            notes.append(f"{long.len()} line(s) longer than {MAX_LINE_BYTES // 1024} KiB (first: line {long[0]}); cut")
-            df = df.with_columns(pl.col("l").str.slice(0, MAX_LINE_BYTES))
-    hit = df.filter(pl.col("l").str.contains(_COMBINED))
-    return hit["n"].to_list(), [t.rstrip("\r") for t in hit["l"].fill_null("").to_list()], n_lines
+        df = pl.DataFrame({"l": text.split("\n")[:n_lines]}, schema={"l": pl.String})
+    # One pass: the hits, plus over-long lines (cut, and said once).
+    out = (
+        df.lazy()
+        .with_row_index("n", offset=first_line)
+        .with_columns(pl.col("l").str.len_bytes().alias("b"))
+        .filter(pl.col("l").str.contains(_COMBINED) | (pl.col("b") > MAX_LINE_BYTES))
+        .collect()
+    )
+    if len(block) > MAX_LINE_BYTES and (out["b"] > MAX_LINE_BYTES).any():
+        long = out.filter(pl.col("b") > MAX_LINE_BYTES)
+        notes.append(f"{long.height} line(s) longer than {MAX_LINE_BYTES // 1024} KiB (first: line {long['n'][0]}); cut")
+        out = out.with_columns(pl.col("l").str.slice(0, MAX_LINE_BYTES))
+        out = out.filter(pl.col("l").str.contains(_COMBINED))
+    return out["n"].to_list(), [t.rstrip("\r") for t in out["l"].fill_null("").to_list()], n_lines
 
 
 def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
     numbers: list[int] = []
     texts: list[str] = []
     notes: list[str] = []
-    for first, block in iter_blocks(stream, rec, notes):
+    first = 1
+    for block in iter_blocks(stream, rec, notes):
         ns, ts, n = _block_hits(block, first, notes)
+        first += n
         numbers.extend(ns)
         texts.extend(ts)
         rec.lines += n

@@ -314,7 +314,7 @@ class Source:
     filename_hints: ClassVar[tuple[str, ...]] = ()
 
     def sniff(self, head: str, name: str) -> float:
-        """Confidence 0..1 that this source understands a file, from its first 16 KiB."""
+        """Confidence 0..1 that this source understands a file, from its first 8 KiB."""
         raise NotImplementedError
 
 

@@ -79,7 +79,7 @@ PREFILTER = (
     r"|NCCL INFO Bootstrap ?: Using"
     r"|NCCL INFO Using network "
     r"|NCCL INFO NET/Plugin ?: Loaded "
-    r"|NCCL INFO [\w./+-]+:\d+ (?:\([^)]*\) )?-> \d"
+    r"|NCCL INFO [\w./+-]+\.(?:cc|cu|cpp|c|h):\d+ (?:\([^)]*\) )?-> \d"
 )
 
 _PREFIX = regex.compile(

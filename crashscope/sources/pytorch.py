@@ -87,7 +87,6 @@ _PREFILTER_PARTS = (
     r"Root Cause \(first observed failure\)",
     r"Failures:",
     r"NO_OTHER_FAILURES",
-    r"\[\d+\]:\s*$",
     r"(?:time      |host      |rank      |exitcode  |error_file|traceback ): ",
     r"={30}",
     r"saving checkpoint at iteration",
@@ -781,9 +780,16 @@ class _Parser:
         if _RC_BORDER.match(text):
             self._close_rc(key)
             return True
+        field = _RC_FIELD.match(text)
+        if field and field.group("key") == "time" and (rc.entry is None or "time_text" in rc.entry):
+            # "time" opens each entry; the "[N]:" index line before it is not prefiltered
+            # (it looks like every launcher-prefixed line).
+            self._close_entry(rc, prefix)
+            rc.entry = {"root": rc.root}
+            rc.entry_line = n
         if rc.entry is None:
             return False
-        if m := _RC_FIELD.match(text):
+        if m := field:
             k, v = m.group("key"), m.group("val")
             e = rc.entry
             rc.in_tb = False

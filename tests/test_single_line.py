@@ -1,0 +1,46 @@
+"""A user pastes one error line into a ticket: crashscope must still name the cause.
+
+Each line is in the exact real format (see shared/reference); none comes from the
+simulator's text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashscope.analyze import analyze
+
+CASES = [
+    ("fabric_timeout", "node002:41001:41188 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.10.1.3<51234> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.10.1.7 remoteGid ::ffff:10.10.1.3"),
+    ("fabric_timeout", "[2026-09-14 08:12:44.100512] node012:880:1012 [1] transport/net_ib/p2p.cc:688 (ncclIbLogCompletionWithError) NCCL WARN NET/IB: Got completion from peer 10.0.3.21<33811> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129  hca mlx5_2"),
+    ("gpu_hardware", "[ 9120.330217] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    ("gpu_hardware", "Sep 14 08:13:02 node003 kernel: NVRM: Xid (PCI:0000:9a:00): 48, pid=44123, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."),
+    ("preemption", "slurmstepd: error: *** JOB 123456 ON node001 CANCELLED AT 2026-09-14T08:20:01 DUE TO PREEMPTION ***"),
+    ("time_limit", "slurmstepd: error: *** STEP 123456.0 ON node001 CANCELLED AT 2026-09-14T08:20:01 DUE TO TIME LIMIT ***"),
+    ("node_failure", "slurmstepd: error: *** JOB 123456 ON node001 CANCELLED AT 2026-09-14T08:19:59 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"),
+    ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use."),
+    ("oom", "slurmstepd: error: Detected 1 oom_kill event in StepId=123456.0. Some of the step tasks have been OOM Killed."),
+    ("oom", "[ 9130.004111] Memory cgroup out of memory: Killed process 44120 (python3) total-vm:61234560kB, anon-rss:50123456kB, file-rss:81234kB, shmem-rss:0kB, UID:1001 pgtables:101234kB oom_score_adj:0"),
+    ("storage_stall", "[ 8123.456789] nfs: server fs01 not responding, still trying"),
+    ("driver_drift", "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"),
+]
+
+
+@pytest.mark.parametrize("cause,line", CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)])
+def test_one_pasted_line_gets_its_cause(tmp_path: Path, cause: str, line: str) -> None:
+    (tmp_path / "pasted.log").write_text(line + "\n")
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause, (report.cause, report.summary, [e.rule for e in report.evidence])
+    assert report.evidence and report.evidence[0].file == "pasted.log" and report.evidence[0].line == 1
+
+
+def test_a_lone_watchdog_timeout_is_a_symptom_not_a_cause(tmp_path: Path) -> None:
+    (tmp_path / "pasted.log").write_text(
+        "[rank3]:[E0917 04:21:41.160918398 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=5012, OpType=ALLREDUCE, NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.\n"
+    )
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == "unknown"
+    assert report.confidence <= 0.5
+    assert report.missing  # says what is missing
