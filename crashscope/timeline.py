@@ -405,7 +405,8 @@ def collapse_symptoms(ev: pl.DataFrame, world: int | None) -> list[SymptomGroup]
             continue
         ranks = [int(r) for r in row["ranks"]]
         missing: list[int] = []
-        if world and len(ranks) >= max(2, world // 2):
+        # "Who did not report it" means something for a collective everyone must join.
+        if world and str(row["kind"]) == Kind.COLLECTIVE_TIMEOUT.value and len(ranks) >= max(2, world // 2):
             missing = sorted(set(range(world)) - set(ranks))
         groups.append(
             SymptomGroup(
