@@ -164,7 +164,7 @@ def _job_nodes(ev: pl.DataFrame) -> list[str]:
 
 
 def _quality_counts(ev: pl.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in ev.group_by("time_quality").len().iter_rows()}
+    return {str(k): int(v) for k, v in sorted(ev.group_by("time_quality").len().iter_rows(), key=lambda kv: str(kv[0]))}
 
 
 def _coverage(result: IngestResult, tl: Timeline) -> dict[str, Any]:

@@ -325,7 +325,7 @@ def _clock_skew(ev: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, di
         return ev, {}
     d = per_host.join(multi, on="_k").with_columns(((pl.col("_ht") - pl.col("_gt")) / 1e9).alias("_off"))
     offs = d.group_by("host").agg(pl.col("_off").median().alias("off"))
-    skew = {h: round(o, 3) for h, o in offs.iter_rows() if h}
+    skew = {h: round(o, 3) for h, o in sorted(offs.iter_rows(), key=lambda r: r[0] or "") if h}
     fix = {h: o for h, o in skew.items() if abs(o) >= SKEW_THRESHOLD_S}
     if not fix:
         return ev, skew
