@@ -69,7 +69,7 @@ class Kind(str, Enum):
     HUNG_TASK = "hung_task"  # attrs: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|...)
     PCIE_ERROR = "pcie_error"  # AER; attrs: severity, device
     MCE = "mce"  # machine check
-    KERNEL_PANIC = "kernel_panic"
+    KERNEL_PANIC = "kernel_panic"  # panic, oops, soft/hard lockup, RCU stall; attrs: text
     BOOT = "boot"  # kernel boot banner / reboot
     SEGFAULT = "segfault"  # attrs: comm, pid, library
     CHECKPOINT = "checkpoint"  # app-level save; attrs: phase(start|end), path, iteration

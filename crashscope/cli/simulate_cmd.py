@@ -27,7 +27,12 @@ def register(app: typer.Typer) -> None:
         timeout_ms: Optional[int] = typer.Option(None, "--timeout-ms", help="PyTorch NCCL collective timeout"),
         corpus: bool = typer.Option(False, "--corpus", help="regenerate the fixture corpus into OUT (ignores the other options)"),
     ) -> None:
-        """Write a simulated multi-node training job's log directory and its truth.json."""
+        """Write a simulated multi-node training job's log directory and its truth.json.
+
+        Example:
+            crashscope simulate /tmp/job --cause gpu_hardware --nodes 4 --gpus-per-node 8 --seed 3
+            crashscope simulate fixtures/jobs --corpus
+        """
         from crashscope.simulate import CAUSES, simulate
         from crashscope.simulate.layout import LAYOUTS
 
