@@ -21,7 +21,7 @@ import regex
 from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
-from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
+from crashscope.sources.base import FileInfo, FileSource, ParseContext, ParseOptions, decode, frame_from_rows
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
     carry = b""
     skipping = False
     while True:
-        chunk = _read_full(stream, BLOCK_BYTES)
+        chunk, _ = read_head(stream, BLOCK_BYTES)  # short reads joined; errors end the stream
         if not chunk:
             break
         rec.bytes += len(chunk)
@@ -348,20 +348,6 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
         yield block
     if carry:
         yield carry + b"\n"
-
-
-def _read_full(stream, n: int) -> bytes:  # type: ignore[no-untyped-def]
-    """Up to n bytes: raw streams return short reads, and a block per short read would
-    multiply the per-block cost."""
-    parts = []
-    got = 0
-    while got < n:
-        b = stream.read(n - got)
-        if not b:
-            break
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
 
 
 def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:

@@ -18,7 +18,12 @@ from crashscope.sources.base import ParseOptions
 from crashscope.testing import parse_text
 
 GOLDEN = Path(__file__).parent / "golden"
-CASES = sorted(p for p in GOLDEN.glob("*/*") if p.is_file() and ".expected." not in p.name and p.name != "README.md")
+from crashscope.schema import SOURCE_NAMES
+
+CASES = sorted(
+    p for p in GOLDEN.glob("*/*")
+    if p.parent.name in SOURCE_NAMES and p.is_file() and ".expected." not in p.name and p.name != "README.md"
+)
 COLUMNS = ["line", "kind", "severity", "time", "time_quality", "host", "rank", "local_rank", "gpu", "gpu_index", "pid", "job_id", "attrs", "message"]
 
 

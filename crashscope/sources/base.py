@@ -30,6 +30,7 @@ UTC = timezone.utc
 MAX_WARNINGS_PER_FILE = 20
 _MIN_NS = 0  # 1970
 _MAX_NS = 7_258_118_400 * 1_000_000_000  # 2200-01-01
+MAX_EPOCH_S = _MAX_NS // 1_000_000_000  # plausible stamps end here (corrupted years do not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ class ParseContext:
         attrs: dict[str, Any] | None = None,
     ) -> None:
         """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers)."""
-        if time is not None and not (_MIN_NS <= time <= _MAX_NS):
+        if time is not None and not plausible_ns(time):
             # A corrupted stamp (year 8026) would overflow the column; keep the event, not the time.
             self.warn("implausible time stamp ignored", line)
             time, time_quality = None, TimeQuality.MISSING
@@ -174,6 +175,11 @@ def _val(x: Any) -> Any:
     return x.value if hasattr(x, "value") else x
 
 
+def plausible_ns(t: int) -> bool:
+    """Within 1970..2200: anything else is a corrupted stamp."""
+    return _MIN_NS <= t <= _MAX_NS
+
+
 def epoch_ns(dt: datetime) -> int:
     """Aware datetime to integer ns since the epoch, without float rounding."""
     delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
@@ -201,11 +207,15 @@ def iso_to_ns(text: str, ctx: ParseContext | None = None) -> tuple[int | None, T
                 sign = 1 if zone[0] == "+" else -1
                 digits = zone[1:].replace(":", "")
                 tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4] or 0)))
-            return epoch_ns(datetime(y, mo, d, hh, mi, ss, tzinfo=tz)) + ns, TimeQuality.EXACT
+            t = epoch_ns(datetime(y, mo, d, hh, mi, ss, tzinfo=tz)) + ns
+            # A corrupted year (8026) would overflow the schema's Datetime("ns") column.
+            return (t, TimeQuality.EXACT) if _MIN_NS <= t <= _MAX_NS else (None, TimeQuality.MISSING)
         if ctx is None:
             return epoch_ns(datetime(y, mo, d, hh, mi, ss, tzinfo=UTC)) + ns, TimeQuality.ESTIMATED
         t = ctx.local_ns(y, mo, d, hh, mi, ss, ns)
-        return t, ctx.local_quality() if t is not None else TimeQuality.MISSING
+        if t is None or not _MIN_NS <= t <= _MAX_NS:
+            return None, TimeQuality.MISSING
+        return t, ctx.local_quality()
     except ValueError:
         return None, TimeQuality.MISSING
 

@@ -36,7 +36,7 @@ import regex
 
 from crashscope.hostlist import expand
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import FileSource, ParseContext, decode, iso_to_ns
+from crashscope.sources.base import MAX_EPOCH_S, FileSource, ParseContext, decode, iso_to_ns
 
 FAIL_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
                          "DEADLINE", "CANCELLED", "REVOKED"})
@@ -60,16 +60,6 @@ _EXIT = regex.compile(r"^(?P<e>\d+):(?P<s>\d+)$")
 _S_HEADER = regex.compile(r"^(?:JobID|JobIDRaw)\|", regex.MULTILINE)
 _S_ANY_HEADER = regex.compile(r"^(?:[A-Za-z]+\|){2,}", regex.MULTILINE)
 _S_FIXED = regex.compile(r"^\s*JobID(?:Raw)?\s{2,}.*\n\s*-{6,} -+", regex.MULTILINE)
-
-
-_NS_MAX = 2**63 - 1  # the schema's Datetime("ns") range; a corrupted year must not overflow it
-
-
-def _iso_ns(text: str, ctx: ParseContext) -> tuple[int | None, TimeQuality]:
-    t, q = iso_to_ns(text, ctx)
-    if t is None or not 0 <= t <= _NS_MAX:
-        return None, TimeQuality.MISSING
-    return t, q
 
 
 def _iso(sec: int | None) -> str | None:
@@ -235,7 +225,7 @@ class SacctSource(FileSource):
         for key in ("start", "end"):
             v = get.get(key)
             if v and v not in _EMPTY:
-                t, q = _iso_ns(v, ctx)
+                t, q = iso_to_ns(v, ctx)
                 if t is None:
                     ctx.warn(f"sacct: bad {key} time", n, v)
                     continue
@@ -292,8 +282,8 @@ class SacctSource(FileSource):
             attrs["kill_request_user"] = str(user)
         t = rec.get("time") if isinstance(rec.get("time"), dict) else {}
         start, end = _num(t.get("start")), _num(t.get("end"))
-        start = start if start and 0 < start < _NS_MAX // 1_000_000_000 else None
-        end = end if end and 0 < end < _NS_MAX // 1_000_000_000 else None
+        start = start if start and 0 < start < MAX_EPOCH_S else None
+        end = end if end and 0 < end < MAX_EPOCH_S else None
         if start:
             attrs["start"] = _iso(start)
         if end:

@@ -48,7 +48,7 @@ import regex
 
 from crashscope.hostlist import expand, expand_ints
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import MONTHS, LineSource, ParseContext, iso_to_ns, split_prefix
+from crashscope.sources.base import MONTHS, LineSource, ParseContext, iso_to_ns, plausible_ns, split_prefix
 
 # strsignal() texts (glibc) -> signal names; srun and slurmstepd print the text.
 SIGNAL_TEXT = {
@@ -173,16 +173,6 @@ _SCONTROL_CONT = regex.compile(r"^\s{2,}[A-Z][A-Za-z0-9_/:]*=")
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)", "unknown"})
 
 
-_NS_MAX = 2**63 - 1  # the schema's Datetime("ns") range; a corrupted year must not overflow it
-
-
-def _iso_ns(text: str, ctx: ParseContext) -> tuple[int | None, TimeQuality]:
-    t, q = iso_to_ns(text, ctx)
-    if t is None or not 0 <= t <= _NS_MAX:
-        return None, TimeQuality.MISSING
-    return t, q
-
-
 def _split_kv(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     ms = list(_KV.finditer(text))
@@ -271,14 +261,14 @@ class _State:
     def _ts(self, ts: str) -> tuple[int | None, TimeQuality]:
         ts = ts.strip()
         if ts[:1].isdigit():
-            t, q = _iso_ns(ts, self.ctx)
+            t, q = iso_to_ns(ts, self.ctx)
             return t, q
         m = _SHORT_TS.match(ts)
         if m and m.group("mon") in MONTHS:
             frac = m.group("f") or ""
             ns = int((frac + "000000000")[:9]) if frac else 0
             t = self.ctx.yearless_ns(MONTHS[m.group("mon")], int(m.group("d")), int(m.group("h")), int(m.group("m")), int(m.group("s")), ns)
-            if t is not None and 0 <= t <= _NS_MAX:
+            if t is not None and plausible_ns(t):
                 q = self.ctx.local_quality() if self.ctx.options.year else TimeQuality.ESTIMATED
                 return t, q
         return None, TimeQuality.MISSING
@@ -431,7 +421,7 @@ class _State:
             # In job output the banner stamp is the only time. In slurmd.log the line's own
             # stamp is the same instant with ms (and maybe a zone), so it wins. A stamp that
             # SLURM_TIME_FORMAT reshaped does not parse and leaves time None.
-            t, q = _iso_ns(stamp, self.ctx)
+            t, q = iso_to_ns(stamp, self.ctx)
             if t is not None:
                 time, quality = t, q
         if entity == "job":
@@ -669,7 +659,7 @@ class _State:
         for key in ("StartTime", "EndTime"):
             v = kv.get(key)
             if v and v not in _EMPTY:
-                t, q = _iso_ns(v, ctx)
+                t, q = iso_to_ns(v, ctx)
                 if t is None:
                     ctx.warn(f"slurm: bad {key}", b["line"], v)
                     continue
