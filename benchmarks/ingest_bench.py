@@ -113,6 +113,7 @@ def main() -> None:
             "crashscope_rss_mb": cs["rss_mb"],
             "grep_s": grep["wall_s"],
             "ratio_to_grep": round(cs["wall_s"] / max(grep["wall_s"], 1e-3), 2),
+            "stage_seconds": report.get("analysis", {}).get("stage_seconds"),
             "cause": report.get("cause"),
             "implicated_nodes": report.get("implicated", {}).get("nodes"),
         }

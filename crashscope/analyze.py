@@ -64,7 +64,9 @@ def analyze(
             warnings.append(f"local time stamps read in the job's time zone {job_tz.key} (from its collected node info)")
         elif result.events.filter(pl.col("time_quality") == TimeQuality.ESTIMATED.value).height:
             warnings.append("no time zone given or found (--tz); stamps without a zone were read as UTC")
+    t_ingest = _time.perf_counter()
     timeline = build_timeline(result, expected_ranks=expected_ranks)
+    t_timeline = _time.perf_counter()
     warnings.extend(result.warnings)
     warnings.extend(timeline.warnings)
     report = _base_report(result, timeline, warnings)
@@ -74,12 +76,18 @@ def analyze(
         attribute = None  # type: ignore[assignment]
     if attribute is not None:
         attribute(report, timeline, include_experimental=include_experimental, use_classifier=use_classifier)
+    t_done = _time.perf_counter()
     report.analysis = {
         "crashscope": __version__,
         "root": str(root),
         "bytes": result.bytes_read,
         "files": len(result.files),
-        "seconds": round(_time.perf_counter() - started, 3),
+        "seconds": round(t_done - started, 3),
+        "stage_seconds": {
+            "ingest": round(t_ingest - started, 3),
+            "timeline": round(t_timeline - t_ingest, 3),
+            "attribution": round(t_done - t_timeline, 3),
+        },
         "time_zone": (zone.key if zone else None),
     }
     return report, timeline, result

@@ -21,7 +21,7 @@ CONTRACT_KEYS = ["schema_version", "job", "cause", "confidence", "alternatives",
 
 def _stable(report) -> None:  # type: ignore[no-untyped-def]
     # Run-dependent facts (wall time, absolute paths) are not part of a snapshot.
-    report.analysis = {k: v for k, v in report.analysis.items() if k not in ("seconds", "root")}
+    report.analysis = {k: v for k, v in report.analysis.items() if k not in ("seconds", "root", "stage_seconds")}
 
 
 def _check_contract(d: dict) -> None:
