@@ -94,6 +94,11 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     clf = _classifier(tl, findings) if use_classifier else None
     report.classifier = clf
 
+    if ev.height == 0:
+        report.cause = "unknown"
+        report.confidence = 0.0
+        report.summary = "No recognizable log line was found, so nothing can be said about this job."
+        return
     if not failed and outcome in (None, "COMPLETED"):
         report.cause = "none"
         report.confidence = 0.95 if outcome == "COMPLETED" else 0.7
@@ -102,6 +107,7 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         return
 
     dist = _blend(per_cause, clf)
+    dist.pop("none", None)  # it failed: "none" is not an alternative
     top, p_top = max(dist.items(), key=lambda kv: kv[1]) if dist else ("unknown", 0.0)
     rules_top = max(per_cause.values()) if per_cause else 0.0
     if top not in best and (rules_top < MIN_CAUSE_SCORE and (clf is None or p_top < 0.6)):
@@ -248,11 +254,24 @@ def job_outcome(ev: pl.DataFrame) -> str | None:
     return states[0][1]
 
 
+# Error events of these kinds mean the job (or a rank) failed even when no rule names a
+# cause: the verdict is then "unknown", never "none".
+FAILURE_KINDS = {
+    Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value,
+    Kind.ROOT_CAUSE_REPORT.value, Kind.CUDA_ERROR.value, Kind.WATCHDOG_ERROR.value, Kind.NCCL_ERROR.value,
+    Kind.NETWORK_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value, Kind.DESYNC_REPORT.value, Kind.COLLECTIVE_MISMATCH.value,
+    Kind.HUNG_TASK.value, Kind.PCIE_ERROR.value, Kind.KERNEL_PANIC.value, Kind.SEGFAULT.value, Kind.XID.value,
+    Kind.EXCEPTION.value,
+}
+
+
 def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
-    kinds = [Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value]
-    if not completed:
-        kinds.append(Kind.EXCEPTION.value)  # a logged, caught traceback does not undo COMPLETED
-    bad = ev.filter(pl.col("kind").cast(pl.String).is_in(kinds) & (pl.col("severity").cast(pl.String) != "info"))
+    kinds = set(FAILURE_KINDS)
+    if completed:
+        # Slurm says COMPLETED: a logged traceback, a stray Xid or a transient NCCL warning
+        # does not undo that; only hard failure signals do.
+        kinds = {Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value}
+    bad = ev.filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("severity").cast(pl.String).is_in(["error", "critical"]))
     if bad.height:
         return True
     exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
