@@ -102,13 +102,14 @@ def _job_year_month(ev: pl.DataFrame) -> tuple[int | None, int | None]:
 
 
 def _job_timezone(ev: pl.DataFrame) -> ZoneInfo | None:
-    zones = (
-        ev.filter(pl.col("attrs").str.contains('"timezone"', literal=True))
-        .select(pl.col("attrs").str.json_path_match("$.timezone"))
-        .to_series()
-        .drop_nulls()
-        .to_list()
+    """The nodes' zone, from collected node info (timedatectl, the collector JSON)."""
+    tz = ev.filter(pl.col("attrs").str.contains('"timezone"', literal=True)).select(
+        pl.coalesce(
+            pl.when(pl.col("attrs").str.json_path_match("$.component") == "timezone").then(pl.col("attrs").str.json_path_match("$.version")),
+            pl.col("attrs").str.json_path_match("$.timezone"),
+        )
     )
+    zones = tz.to_series().drop_nulls().to_list()
     for name, _ in Counter(zones).most_common():
         z = resolve_tz(name)
         if z is not None:

@@ -75,7 +75,8 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     symptoms = [f for f in deciding if f.role == "symptom"]
     causes = [f for f in deciding if f.role == "cause"]
     t_fail = _failure_time(symptoms, causes, ev)
-    scored = sorted(((score_finding(f, t_fail), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
+    before_s = _window_before(ev)
+    scored = sorted(((score_finding(f, t_fail, before_s), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
     per_cause: dict[str, float] = defaultdict(float)
     best: dict[str, tuple[float, Any]] = {}
     for s, f in scored:
@@ -179,7 +180,7 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
             "score": round(s, 3),
         }
         for s, f in scored
-        if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail)
+        if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
     report.summary = _summary(top, primary, symptoms, tl)
     report.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
@@ -193,16 +194,26 @@ def _this_job(ev: pl.DataFrame, job_id: str | None) -> pl.DataFrame:
     return ev.filter(pl.col("job_id").is_null() | (pl.col("job_id") == job_id) | pl.col("job_id").str.starts_with(job_id + "."))
 
 
-def score_finding(f: Any, t_fail: int | None) -> float:
+def _window_before(ev: pl.DataFrame) -> float:
+    """The cause precedes the timeouts by about the collective timeout: with a 30-minute
+    Timeout(ms), evidence 25 minutes before the first timeout is not old."""
+    to = ev.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value)
+    if to.height == 0:
+        return WINDOW_BEFORE_S
+    ms = to.select(pl.col("attrs").str.json_path_match("$.timeout_ms").cast(pl.Float64, strict=False).max()).item()
+    return max(WINDOW_BEFORE_S, (ms or 0) / 1000 + WINDOW_AFTER_S)
+
+
+def score_finding(f: Any, t_fail: int | None, before_s: float = WINDOW_BEFORE_S) -> float:
     """Rule weight scaled by where the evidence sits relative to the failure."""
     w = float(f.weight)
     if f.first_time is None or t_fail is None:
         return w
     dt = (f.first_time - t_fail) / 1e9
-    if dt < -WINDOW_BEFORE_S:
+    if dt < -before_s:
         # The latest evidence may still be in the window even if the first is old.
         last = max((e.time for e in f.evidence if e.time is not None), default=f.first_time)
-        if (last - t_fail) / 1e9 >= -WINDOW_BEFORE_S:
+        if (last - t_fail) / 1e9 >= -before_s:
             return w * AFTER_SYMPTOM_FACTOR
         return w * OLD_EVIDENCE_FACTOR
     if dt > WINDOW_AFTER_S:
@@ -210,11 +221,11 @@ def score_finding(f: Any, t_fail: int | None) -> float:
     return w if dt <= 1.0 else w * AFTER_SYMPTOM_FACTOR
 
 
-def _in_window(t: int | None, t_fail: int | None) -> bool:
+def _in_window(t: int | None, t_fail: int | None, before_s: float = WINDOW_BEFORE_S) -> bool:
     if t is None or t_fail is None:
         return True
     dt = (t - t_fail) / 1e9
-    return -WINDOW_BEFORE_S <= dt <= WINDOW_AFTER_S
+    return -before_s <= dt <= WINDOW_AFTER_S
 
 
 def _failure_time(symptoms: list[Any], causes: list[Any], ev: pl.DataFrame) -> int | None:

@@ -22,9 +22,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Retrain the cause classifier on simulated and site-labeled jobs, reproducibly.
 
-        Each job runs through the real pipeline (sources, timeline, rules); its features
-        train a calibrated logistic regression stored as parameters in JSON. Simulated jobs
-        are generated in a temporary directory and deleted.
+        Each job runs through the real pipeline (sources, timeline, rules); its features train a calibrated logistic regression stored as parameters in JSON. Simulated jobs are generated in a temporary directory and deleted.
 
         Example:
             crashscope train --out crashscope/data/classifier.json --test 20
