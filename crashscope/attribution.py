@@ -152,7 +152,14 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
             older = _older_host(ev, report.implicated["nodes"])
             if older:
                 report.implicated = _restrict(report.implicated, older, ev)
-        first = _earliest_evidence(primary)
+        # The first failure is the earliest in-window evidence of the verdict's cause (an
+        # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
+        hosts = set(report.implicated["nodes"])
+        pool = [
+            e for f in same for e in f.evidence
+            if (e.time is None or _in_window(e.time, t_fail, before_s)) and (not hosts or e.host in hosts)
+        ]
+        first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
         if first is not None:
             report.first_failure = _first_failure(first)
     elif hang_suspects:
@@ -392,10 +399,19 @@ def _restrict(imp: dict[str, list[Any]], host: str, ev: pl.DataFrame) -> dict[st
     return {"nodes": [host], "ranks": [r for r in imp["ranks"] if r in on_host], "gpus": [g for g in imp["gpus"] if g.get("node") == host]}
 
 
+LINE_SOURCES_FIRST = {"nccl": 0, "pytorch": 0, "kernel": 0, "slurm": 0}
+
+
+def _evidence_order(e: Any) -> tuple:  # type: ignore[type-arg]
+    """Earliest first; at the same instant a log line beats a structured record (an
+    error.json repeating the traceback, a sacct row), as the line is what people open."""
+    return (e.time is None, e.time or 0, LINE_SOURCES_FIRST.get(e.source, 1), e.file, e.line or 0)
+
+
 def _earliest_evidence(f: Any) -> Any:
     if not f.evidence:
         return None
-    return min(f.evidence, key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
+    return min(f.evidence, key=_evidence_order)
 
 
 def _first_failure(e: Any) -> dict[str, Any]:

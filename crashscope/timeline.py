@@ -134,6 +134,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = _kernel_clock(ev, warnings)
     ev, skew = _clock_skew(ev, warnings)
     ev = _interpolate(ev)
+    ev = _borrow_times(ev)
     ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
     ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
@@ -354,6 +355,28 @@ def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:
         .alias("time_quality"),
         filled.alias("time"),
     ).sort("_id")
+
+
+def _borrow_times(ev: pl.DataFrame) -> pl.DataFrame:
+    """An exception with no time in a rank's log often has a stamped twin elsewhere (the
+    worker's error.json, the ChildFailedError entry): same rank, same message."""
+    kinds = [Kind.EXCEPTION.value, Kind.CUDA_OOM.value, Kind.CUDA_ERROR.value]
+    cand = ev.filter(pl.col("kind").cast(pl.String).is_in(kinds))
+    if cand.height == 0 or cand["time"].null_count() == 0:
+        return ev
+    stamped = (
+        cand.filter(pl.col("time").is_not_null() & pl.col("rank").is_not_null())
+        .group_by(["rank", "message"])
+        .agg(pl.col("time").min().alias("_bt"))
+    )
+    if stamped.height == 0:
+        return ev
+    ev = ev.join(stamped, on=["rank", "message"], how="left")
+    use = pl.col("time").is_null() & pl.col("_bt").is_not_null()
+    return ev.with_columns(
+        pl.when(use).then(pl.lit(TimeQuality.ESTIMATED.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
+        pl.when(use).then(pl.col("_bt")).otherwise(pl.col("time")).alias("time"),
+    ).drop("_bt").sort("_id")
 
 
 def _world_size(ev: pl.DataFrame) -> int | None:
