@@ -323,11 +323,11 @@ def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str,
 def _classifier(tl: Timeline, findings: list[Any]) -> dict[str, Any] | None:
     try:
         from crashscope.classify.features import extract
-        from crashscope.classify.model import load_model
+        from crashscope.classify.model import default_model
     except ImportError:
         return None
     try:
-        model = load_model()
+        model = default_model()
         probs = model.predict_proba(extract(tl, findings))
     except Exception as exc:  # noqa: BLE001 - a missing/old model must not stop the report
         log.info("classifier unavailable: %s", exc)

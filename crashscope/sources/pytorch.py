@@ -90,7 +90,7 @@ _PREFILTER_PARTS = (
     r"(?:time      |host      |rank      |exitcode  |error_file|traceback ): ",
     r"={30}",
     r"saving checkpoint at iteration",
-    r"saved checkpoint from iteration",
+    r"saved checkpoint (?:from|at) iteration",
     r"elapsed time per iteration \(ms\)",
 )
 
@@ -188,7 +188,8 @@ _RC_RANK = regex.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
 _RC_EXIT = regex.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
 
 _MEG_SAVE = regex.compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<fmt>\S+) format)?")
-_MEG_SAVED = regex.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d+) to (?P<path>\S+)")
+# "from iteration" (Megatron-LM >= 2023), "at iteration" (older releases)
+_MEG_SAVED = regex.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<path>\S+)")
 _MEG_ITER = regex.compile(
     r"""^\s*(?:\[(?P<ts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\]\s*)?     # newer Megatron: local wall time
         iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|
