@@ -164,12 +164,9 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
             report.first_failure = _first_failure(first)
     elif hang_suspects:
         report.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
-    evidence: list[EvidenceItem] = []
-    for f in same:
-        evidence += [_evidence(f, e) for e in f.evidence[:5]]
-    for f in symptoms:
-        evidence += [_evidence(f, e) for e in f.evidence[:1]]
-    report.evidence = evidence[:25]
+    causes_ev = sorted(((f, e) for f in same for e in f.evidence[:5]), key=lambda p: _evidence_order(p[1]))
+    symptom_ev = sorted(((f, e) for f in symptoms for e in f.evidence[:1]), key=lambda p: _evidence_order(p[1]))
+    report.evidence = [_evidence(f, e) for f, e in causes_ev + symptom_ev][:25]
     actions: list[str] = []
     for f in same:
         for a in f.actions:

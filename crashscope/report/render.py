@@ -65,11 +65,11 @@ def render_terminal(report: Report, *, width: int = 100, color: bool = False) ->
     if report.symptoms:
         t = Table(title="Collapsed symptoms", expand=True)
         t.add_column("count", justify="right")
-        t.add_column("ranks")
+        t.add_column("on")
         t.add_column("symptom", overflow="fold")
         t.add_column("not reported by", overflow="fold")
         for s in report.symptoms[:8]:
-            t.add_row(str(s["count"]), f"{s['n_ranks']}", f"{s['kind']}: {s['first']['message'][:120]}\n[dim]first: {s['first']['file']}:{s['first']['line']}[/dim]", _ranks(s.get("missing_ranks") or []))
+            t.add_row(str(s["count"]), f"{s['n_ranks']} ranks" if s["n_ranks"] else f"{len(s['hosts'])} hosts", f"{s['kind']}: {s['first']['message'][:120]}\n[dim]first: {s['first']['file']}:{s['first']['line']}[/dim]", _ranks(s.get("missing_ranks") or []))
         con.print(t)
 
     if report.timeline_excerpt:

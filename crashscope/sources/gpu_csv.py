@@ -176,6 +176,10 @@ class GpuCsvSource(FileSource):
             ctx.warn(f"gpu CSV parse failed ({type(e).__name__}: {e})", None)
 
 
+TELEMETRY_EVERY_S = 60  # routine samples kept per GPU
+HOT_C = 83  # samples at or above this temperature are always kept
+
+
 def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: ParseContext) -> None:
     ncol = len(names)
     raw = pl.DataFrame({"l": lines[hdr_i + 1:]}).with_row_index("n", offset=hdr_i + 2)
@@ -284,10 +288,19 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
                  severity=Severity.ERROR, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
                  attrs={"error": "gpu_unreadable", "fields": len(measured)})
 
-    # -- telemetry: one event per sample row ------------------------------------------------------
+    # -- telemetry: one event per GPU per minute, plus every sample that is unusual ----------------
+    # (a 1 s series over a day is 86,400 rows per GPU; the timeline needs the shape, and
+    # throttle runs below are computed on every row)
     names_cache: dict[int, list[str]] = {}
-    tel_kind, q_val = Kind.GPU_TELEMETRY.value, quality.value  # plain strings: 100k+ emits
-    for row in df.select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
+    tel_kind, q_val = Kind.GPU_TELEMETRY.value, quality.value  # plain strings: many emits
+    unusual = pl.lit(False)
+    if "reasons_mask" in df.columns:
+        unusual = unusual | ((pl.col("reasons_mask").fill_null(0) & SERIOUS_MASK) != 0)
+    if "temperature" in df.columns:
+        unusual = unusual | (pl.col("temperature").fill_null(0) >= HOT_C)
+    bucket = (pl.col("_t") // (TELEMETRY_EVERY_S * 1_000_000_000)).fill_null(pl.col("n"))
+    sampled = df.filter(unusual | (pl.int_range(pl.len()).over(["_gpu", bucket]) == 0))
+    for row in sampled.select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
         attrs = {k: row[k] for k in tel_keys if row[k] is not None}
         if not attrs:
             continue  # nothing readable in this sample

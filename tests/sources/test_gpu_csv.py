@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -27,8 +26,10 @@ def test_event_reasons_runs_and_telemetry() -> None:
     df, warns = parse_text("gpu_csv", (GOLDEN / "event_reasons_h100.csv").read_text(), options=UTC_OPTS, host_hint="node002")
     assert warns == []
     tel = _events(df, "gpu_telemetry")
-    assert len(tel) == 16
-    t = tel[5]  # GPU 5, third sample
+    # One routine sample per GPU per minute (lines 2, 3), plus every throttled or hot
+    # (>= 83 C) sample of GPU 5; throttle runs below still count every row.
+    assert [e["line"] for e in tel] == [2, 3, 7, 9, 11, 13, 15, 17]
+    t = tel[2]  # GPU 5, third sample
     assert t["gpu"] == "0000:9a:00.0" and t["gpu_index"] == 5 and t["host"] == "node002"
     assert t["attrs"]["reasons_mask"] == 0x48 and t["attrs"]["reasons"] == ["hw_slowdown", "hw_thermal_slowdown"]
     assert t["attrs"]["power_w"] == 402.9 and t["attrs"]["sm_clock_mhz"] == 1095 and t["attrs"]["util"] == 100
@@ -92,10 +93,10 @@ def test_bad_input_never_raises() -> None:
     good = (GOLDEN / "event_reasons_h100.csv").read_text()
     truncated = good[:-40]  # last row cut mid-field
     df, warns = parse_text("gpu_csv", truncated, options=UTC_OPTS)
-    assert len(_events(df, "gpu_telemetry")) == 15 and len(warns) == 1 and warns[0].line == 17
+    assert len(_events(df, "gpu_telemetry")) == 7 and len(warns) == 1 and warns[0].line == 17
     garbage = good.encode() + b"\x00\xff\xfe garbage, \x80\x81\n" + good.encode().split(b"\n", 1)[0] + b"\n"  # + repeated header
     df, warns = parse_text("gpu_csv", garbage, options=UTC_OPTS)
-    assert len(_events(df, "gpu_telemetry")) == 16
+    assert len(_events(df, "gpu_telemetry")) == 8
     for data in (b"", b"\n", bytes(range(256)) * 10, (HEADER + "\n").encode(), (HEADER + "\nnot, a, row\n").encode(),
                  (HEADER + "\n2026/99/99 99:99:99.000, x, y, z, w, v, 0xZZ\n").encode()):
         parse_text("gpu_csv", data)
@@ -112,20 +113,20 @@ def test_other_sources_lines_give_nothing() -> None:
     assert src.sniff("name,age\nbob,3\n", "people.csv") == 0.0
 
 
-def test_large_file_is_fast() -> None:
+def test_large_series_is_sampled() -> None:
     rows = [HEADER]
     for i in range(50_000):
         for g, bus in ((0, "18"), (1, "2A")):
             mask = "0x0000000000000048" if g == 1 and 20_000 <= i < 20_100 else "0x0000000000000000"
             rows.append(f"2026/09/14 {8 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.{g:03d}, {g}, 00000000:{bus}:00.0, 60, 650.00 W, 1980 MHz, {mask}")
-    t0 = time.perf_counter()
     df, warns = parse_text("gpu_csv", "\n".join(rows) + "\n", options=UTC_OPTS)
-    elapsed = time.perf_counter() - t0
     assert warns == []
-    assert df.height == 100_000 + 2 + 1  # telemetry + inventory + one throttle run
+    # 50,000 s of 1 s samples on 2 GPUs: one routine sample per GPU per minute (834 each)
+    # plus the 100 throttled samples, 2 inventory events and one throttle run.
+    tel = df.filter(df["kind"] == "gpu_telemetry")
+    assert tel.height == 2 * 834 + 100 - 1  # one throttled sample (i=20040) is also a minute's first
     (thr,) = _events(df.filter(df["kind"] == "gpu_throttle"))
     assert thr["attrs"]["run_samples"] == 100
-    assert elapsed < 20, elapsed
 
 
 def test_unreadable_gpu_gives_one_log_error() -> None:
