@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -336,6 +336,26 @@ class LineSource(Source):
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         """Parse the prefilter-matching lines of one file (1-based numbers, file order)."""
         raise NotImplementedError
+
+
+def feed_guarded(
+    ctx: ParseContext,
+    lines: Sequence[tuple[int, str]],
+    on_line: Callable[[int, str], None],
+    on_end: Callable[[], None] | None = None,
+) -> None:
+    """Feed lines to a source's parser so that one odd line (or an unfinished block at the
+    end) costs a warning, never the file."""
+    for n, text in lines:
+        try:
+            on_line(n, text)
+        except Exception as exc:  # noqa: BLE001
+            ctx.warn(f"{ctx.source}: line not parsed ({type(exc).__name__})", n, text)
+    if on_end is not None:
+        try:
+            on_end()
+        except Exception as exc:  # noqa: BLE001
+            ctx.warn(f"{ctx.source}: unfinished block not parsed ({type(exc).__name__})")
 
 
 class FileSource(Source):

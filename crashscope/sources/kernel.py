@@ -61,7 +61,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import MONTHS, LineSource, ParseContext, iso_to_ns, normalize_pci, split_prefix
+from crashscope.sources.base import MONTHS, LineSource, feed_guarded, ParseContext, iso_to_ns, normalize_pci, split_prefix
 
 # -- Xid catalog (shared/reference/kernel-and-xid.md §2.3, NVIDIA Xid catalog, Ampere+) ------
 # code: (mnemonic, description, immediate action, crashscope category). Mnemonics the
@@ -999,15 +999,7 @@ class KernelSource(LineSource):
 
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         p = _Parser(ctx)
-        for n, text in lines:
-            try:
-                p.feed(n, text)
-            except Exception as e:  # noqa: BLE001 - one odd line must not lose the file
-                ctx.warn(f"kernel line not parsed ({type(e).__name__})", n, text)
-        try:
-            p.finish()
-        except Exception as e:  # noqa: BLE001
-            ctx.warn(f"kernel block not finished ({type(e).__name__})", None, "")
+        feed_guarded(ctx, lines, p.feed, p.finish)
 
 
 SOURCE = KernelSource()

@@ -64,7 +64,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import LineSource, ParseContext, epoch_ns, pci_from_nccl_busid, split_prefix
+from crashscope.sources.base import LineSource, feed_guarded, ParseContext, epoch_ns, pci_from_nccl_busid, split_prefix
 
 # Rust-regex and Python-regex compatible. Matches WARN lines and only the structured INFO
 # payloads; "NCCL INFO Channel 00/0 : ..." and other chatter must not match.
@@ -273,11 +273,7 @@ class NcclSource(LineSource):
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         stacks: dict[Any, Any] = {}  # (host, pid, tid) -> open error stack; "warn" -> last WARN lines
         ts_cache: dict[str, tuple[int | None, TimeQuality]] = {}
-        for lineno, raw in lines:
-            try:
-                self._line(lineno, raw, ctx, stacks, ts_cache)
-            except Exception as exc:  # never let one odd line stop the file
-                ctx.warn(f"nccl: internal error {type(exc).__name__}", lineno, raw)
+        feed_guarded(ctx, lines, lambda n, raw: self._line(n, raw, ctx, stacks, ts_cache))
         stacks.pop("warn", None)
         for st in stacks.values():
             self._flush_stack(st, ctx)

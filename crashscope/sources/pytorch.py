@@ -53,7 +53,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity
-from crashscope.sources.base import LineSource, ParseContext, iso_to_ns, split_prefix
+from crashscope.sources.base import LineSource, feed_guarded, ParseContext, iso_to_ns, split_prefix
 
 # --- prefilter -----------------------------------------------------------------------------
 # Every line a block needs must be selected here. Literal-heavy; valid Rust and Python regex.
@@ -310,15 +310,7 @@ class PytorchSource(LineSource):
     # -------------------------------------------------------------------------------------
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         p = _Parser(ctx)
-        for n, raw in lines:
-            try:
-                p.line(n, raw)
-            except Exception as e:  # never let one odd line stop the file
-                ctx.warn(f"pytorch: unparsed line ({type(e).__name__})", n, raw)
-        try:
-            p.finish()
-        except Exception as e:
-            ctx.warn(f"pytorch: flush failed ({type(e).__name__})", None, "")
+        feed_guarded(ctx, lines, p.line, p.finish)
         for ev in sorted(p.events, key=lambda e: e.line):
             ctx.emit(ev.kind, ev.line, ev.message, severity=ev.severity, time=ev.time, time_quality=ev.tq,
                      host=ev.host, rank=ev.rank, local_rank=ev.local_rank, pid=ev.pid, gpu_index=ev.gpu_index,

@@ -48,7 +48,7 @@ import regex
 
 from crashscope.hostlist import expand, expand_ints
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import MONTHS, LineSource, ParseContext, iso_to_ns, plausible_ns, split_prefix
+from crashscope.sources.base import MONTHS, LineSource, feed_guarded, ParseContext, iso_to_ns, plausible_ns, split_prefix
 
 # strsignal() texts (glibc) -> signal names; srun and slurmstepd print the text.
 SIGNAL_TEXT = {
@@ -231,15 +231,7 @@ class SlurmSource(LineSource):
     # -- parse ---------------------------------------------------------------------------
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         st = _State(ctx)
-        for n, raw in lines:
-            try:
-                st.line(n, raw)
-            except Exception as e:  # never let one odd line stop the file
-                ctx.warn(f"slurm: unparsable line ({type(e).__name__})", n, raw)
-        try:
-            st.flush_all()
-        except Exception as e:
-            ctx.warn(f"slurm: unparsable block ({type(e).__name__})", None, "")
+        feed_guarded(ctx, lines, st.line, st.flush_all)
 
 
 class _State:
