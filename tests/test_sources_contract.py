@@ -71,3 +71,29 @@ def test_truncated_golden_inputs_never_raise_and_times_are_utc(src) -> None:  # 
         df, _ = parse_text(src.name, data)
         assert df["time"].dtype == pl.Datetime("ns", "UTC")
         assert df["line"].null_count() == 0 or src.name in ("sacct", "gpu_csv", "nvidia_smi", "versions", "torchelastic")
+
+
+def test_chatter_never_hides_an_event_line() -> None:
+    """Lines dropped as NCCL chatter before the prefilter must never be lines a source
+    parses: checked on every golden input and every rule example."""
+    from pathlib import Path
+
+    import yaml
+
+    from crashscope.ingest import CHATTER, _COMBINED
+
+    rx = regex.compile(_COMBINED)
+    lines: list[str] = []
+    root = Path(__file__).parent
+    for case in (root / "golden").glob("*/*"):
+        if case.is_file() and ".expected." not in case.name:
+            lines += case.read_text(errors="replace").splitlines()
+    for rule in (root.parent / "rules").rglob("*.yaml"):
+        doc = yaml.safe_load(rule.read_text()) or {}
+        for tier in ("hit", "miss"):
+            for ex in (doc.get("tests") or {}).get(tier) or []:
+                lines += [str(x) for x in ex.get("lines") or []]
+    hits = [ln for ln in lines if rx.search(ln)]
+    assert len(hits) > 500
+    offenders = [ln for ln in hits if any(c in ln for c in CHATTER)]
+    assert not offenders, offenders[:5]
