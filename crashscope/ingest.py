@@ -21,7 +21,7 @@ import regex
 from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
-from crashscope.sources.base import FileInfo, FileSource, ParseContext, ParseOptions, decode, frame_from_rows
+from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ def ingest_batch(
     files: list[FileRecord] = []
     warnings: list[str] = []
     rows: list[dict] = []
+    sniff_cache: dict = {}
     for ref in refs:
         for item in open_ref(ref):
             if isinstance(item, Skipped):
@@ -179,7 +180,7 @@ def ingest_batch(
             if item.name in LABEL_FILES:
                 files.append(FileRecord(item.path, "unrecognized", note="job label file, not a log"))
                 continue
-            rec, file_rows, file_warnings = _ingest_entry(item, options, overrides)
+            rec, file_rows, file_warnings = _ingest_entry(item, options, overrides, sniff_cache)
             files.append(rec)
             warnings.extend(file_warnings)
             rows.extend(file_rows)
@@ -187,7 +188,7 @@ def ingest_batch(
 
 
 def _ingest_entry(
-    entry: Entry, options: ParseOptions, overrides: dict[str, str] | None
+    entry: Entry, options: ParseOptions, overrides: dict[str, str] | None, sniff_cache: dict | None = None
 ) -> tuple[FileRecord, list[dict], list[str]]:
     head, head_err = read_head(entry.stream)
     stream = PeekStream(head, entry.stream)
@@ -212,7 +213,7 @@ def _ingest_entry(
     if forced is not None:
         winner, score, runner = forced, 1.0, None
     else:
-        scores = sniff_scores(head_text, entry.name)
+        scores = _sniff_siblings(head_text, entry, sniff_cache)
         (score, winner), runner = scores[0], (scores[1] if len(scores) > 1 else None)
         if runner and runner[0] > 0:
             rec.runner_up, rec.runner_up_confidence = runner[1].name, round(runner[0], 3)
@@ -263,6 +264,32 @@ def _ingest_entry(
         rec.kind = Counter(r["source"] for r in rows).most_common(1)[0][0]
         rec.note = "recognized by lines beyond the first 8 KiB"
     return rec, rows, warnings
+
+
+_DIGITS = regex.compile(r"\d+")
+
+
+def _sniff_siblings(head_text: str, entry: Entry, cache: dict | None):  # type: ignore[no-untyped-def]
+    """Every source sniffs the first of a family of siblings (rank0.log ... rank1023.log in
+    one directory); the rest are checked by the family's winner alone, and fully sniffed
+    again when it no longer recognises them. Only for line sources: all of them parse a
+    text file anyway, so the claim is all that a wrong guess could change."""
+    if cache is None:
+        return sniff_scores(head_text, entry.name)
+    key = (entry.path.rsplit("/", 1)[0] if "/" in entry.path else "", _DIGITS.sub("#", entry.name))
+    hit = cache.get(key)
+    if hit is not None:
+        score, winner, runner = hit
+        try:
+            again = float(winner.sniff(head_text, entry.name))
+        except Exception:  # noqa: BLE001
+            again = 0.0
+        if again >= 0.5 * score and again > 0:
+            return [(again, winner)] + ([runner] if runner else [])
+    scores = sniff_scores(head_text, entry.name)
+    if scores and scores[0][0] > 0 and isinstance(scores[0][1], LineSource):
+        cache[key] = (scores[0][0], scores[0][1], scores[1] if len(scores) > 1 else None)
+    return scores
 
 
 def _looks_binary(sample: bytes) -> bool:
