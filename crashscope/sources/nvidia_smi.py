@@ -194,6 +194,8 @@ class NvidiaSmiSource(FileSource):
     def sniff(self, head: str, name: str) -> float:
         if _LOG_BANNER.search(head):
             return 1.0
+        if _GPU_LOST.search(head) or _NVML_MISMATCH.search(head):
+            return 0.9
         m = _BANNER.search(head)
         if m:
             # A job log that printed the table at start is not ours to claim.
@@ -205,7 +207,30 @@ class NvidiaSmiSource(FileSource):
         text, bad = decode(data)
         if bad:
             ctx.warn("invalid UTF-8 bytes replaced")
-        _Parser(ctx).run(text.replace("\r\n", "\n").split("\n"))
+        lines = text.replace("\r\n", "\n").split("\n")
+        _Parser(ctx).run(lines)
+        _failures(lines, ctx)
+
+
+def _failures(lines: list[str], ctx: ParseContext) -> None:
+    """nvidia-smi's own error output: a GPU it can no longer reach, or NVML refusing the
+    driver (the kernel module and the user-space library differ after an upgrade)."""
+    for n, line in enumerate(lines, 1):
+        if m := _GPU_LOST.search(line):
+            pci = normalize_pci(m.group("pci"))
+            ctx.emit(Kind.LOG_ERROR, n, line.strip(), severity=Severity.CRITICAL, gpu=pci,
+                     attrs={"error": "gpu_lost", "pci": pci, "detail": m.group("err").strip()})
+        elif _NVML_MISMATCH.search(line):
+            ctx.emit(Kind.LOG_ERROR, n, line.strip(), severity=Severity.CRITICAL,
+                     attrs={"error": "nvml_driver_library_mismatch"})
+
+
+# "Unable to determine the device handle for GPU0000:03:00.0: Unknown Error" (newer),
+# "... for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU" (older)
+_GPU_LOST = regex.compile(
+    r"Unable to determine the device handle for GPU\s?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): (?P<err>.+)$"
+)
+_NVML_MISMATCH = regex.compile(r"Failed to initialize NVML: Driver/library version mismatch")
 
 
 class _Parser:

@@ -165,6 +165,7 @@ _EXC_LINE = regex.compile(
 )
 # exception types worth an event even when no traceback header was seen (torch raises them re-printed)
 _STANDALONE_EXC = regex.compile(r"(?:^|\.)(?:Dist\w*Error|ChildFailedError|OutOfMemoryError)$")
+_RANK_EXC = regex.compile(r"(?:Error|Exception)$")
 
 _CUDA_ERROR = regex.compile(r"CUDA error: (?P<error>.+?)\s*$")
 _OOM = regex.compile(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ ?[KMGTP]?i?B)")
@@ -424,7 +425,10 @@ class _Parser:
         # canonical watchdog record, so its re-raised text is not parsed again as a timeout
         if sev is None and (em := _EXC_LINE.match(text)):
             self._exception_specials(n, em.group("type"), em.group("text") or "", base)
-            if _STANDALONE_EXC.search(em.group("type")):
+            # A lone final line on a "[rankN]:" prefix is a rank's uncaught exception whose
+            # traceback header was cut (tail'ed or rotated logs, a pasted excerpt).
+            lone_on_rank = prefix.rank is not None and _RANK_EXC.search(em.group("type"))
+            if _STANDALONE_EXC.search(em.group("type")) or lone_on_rank:
                 attrs = {"type": em.group("type"), "text": em.group("text") or ""}
                 if wm := _WORK.search(attrs["text"]):
                     attrs.update(self._work_attrs(wm))
@@ -691,7 +695,11 @@ class _Parser:
             self.tb[key] = _Tb(start=n, last=n)
             return True
         if tb is None:
-            return False
+            if not _TB_FRAME.match(text):
+                return False
+            # Frames with no header before them: a traceback whose first line was cut
+            # (a tail'ed log, a pasted excerpt). Opened here; its exception closes it.
+            tb = self.tb[key] = _Tb(start=n, last=n)
         if tb.exc is not None:
             if _TB_CHAIN.match(text):
                 tb.chained.append(tb.exc.attrs["type"])
