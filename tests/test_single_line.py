@@ -24,6 +24,11 @@ CASES = [
     ("oom", "[ 9130.004111] Memory cgroup out of memory: Killed process 44120 (python3) total-vm:61234560kB, anon-rss:50123456kB, file-rss:81234kB, shmem-rss:0kB, UID:1001 pgtables:101234kB oom_score_adj:0"),
     ("storage_stall", "[ 8123.456789] nfs: server fs01 not responding, still trying"),
     ("driver_drift", "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"),
+    ("driver_drift", "Failed to initialize NVML: Driver/library version mismatch"),
+    ("gpu_hardware", "Unable to determine the device handle for GPU0000:03:00.0: Unknown Error"),
+    ("gpu_hardware", "[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    ("software_error", "[rank1]: RuntimeError: DDP expects same model across all ranks, but Rank 1 has 212 params, while rank 0 has inconsistent 0 params."),
+    ("software_error", "node001:2718:2718 [1] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 1000"),
 ]
 
 
@@ -33,6 +38,17 @@ def test_one_pasted_line_gets_its_cause(tmp_path: Path, cause: str, line: str) -
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause, (report.cause, report.summary, [e.rule for e in report.evidence])
     assert report.evidence and report.evidence[0].file == "pasted.log" and report.evidence[0].line == 1
+
+
+def test_a_traceback_whose_header_was_cut(tmp_path: Path) -> None:
+    (tmp_path / "tail.log").write_text(
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/nn/parallel/distributed.py", line 674, in __init__\n'
+        "    _verify_param_shape_across_processes(self.process_group, parameters)\n"
+        "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 212 params, while rank 0 has inconsistent 0 params.\n"
+    )
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == "software_error"
+    assert report.first_failure["line"] == 3
 
 
 def test_a_lone_watchdog_timeout_is_a_symptom_not_a_cause(tmp_path: Path) -> None:
