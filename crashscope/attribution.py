@@ -436,12 +436,24 @@ def _summary(cause: str, primary: Any, symptoms: list[Any], tl: Timeline) -> str
         ranks = f" (rank {', '.join(str(r) for r in primary.ranks[:4])})" if primary.ranks else ""
         when = iso(primary.first_time)
         parts.append(f": {primary.title} on {where}{ranks}" + (f" at {when}" if when else ""))
+        peers = _link_peers(tl.events, primary.hosts) if cause == "fabric_timeout" else []
+        if peers:
+            parts.append(f" (peer {', '.join(peers[:3])}: check the link between them)")
     timeouts = next((g for g in tl.groups if g.kind == Kind.COLLECTIVE_TIMEOUT.value), None)
     if timeouts is not None:
         parts.append(f"; then {len(timeouts.ranks)} rank(s) timed out in {timeouts.signature} (symptom)")
     elif symptoms:
         parts.append(f"; {len(symptoms)} symptom rule(s) followed")
     return "".join(parts) + "."
+
+
+def _link_peers(ev: pl.DataFrame, hosts: tuple[str, ...]) -> list[str]:
+    """Hosts at the other end of the failing network connections of ``hosts``."""
+    ne = ev.filter(
+        (pl.col("kind") == Kind.NETWORK_ERROR.value) & pl.col("host").is_in(list(hosts)) & pl.col("attrs").str.contains('"peer_host"', literal=True)
+    )
+    peers = ne.select(pl.col("attrs").str.json_path_match("$.peer_host")).to_series().drop_nulls().to_list()
+    return sorted({p for p in peers if p not in hosts})
 
 
 def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], report: Report) -> str:

@@ -135,6 +135,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev, skew = _clock_skew(ev, warnings)
     ev = _interpolate(ev)
     ev = _borrow_times(ev)
+    ev = _peer_hosts(ev)
     ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
     ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
@@ -377,6 +378,43 @@ def _borrow_times(ev: pl.DataFrame) -> pl.DataFrame:
         pl.when(use).then(pl.lit(TimeQuality.ESTIMATED.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
         pl.when(use).then(pl.col("_bt")).otherwise(pl.col("time")).alias("time"),
     ).drop("_bt").sort("_id")
+
+
+def _peer_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """NCCL names a failing peer by IP ("Got completion from peer 10.0.3.21<33811>"); the
+    NET/IB and Bootstrap lines of every rank say which host owns which IP. Adds
+    ``peer_host`` to those events' attrs, so the report can name both ends of a link."""
+    cfg = ev.filter(pl.col("kind") == Kind.NET_CONFIG.value)
+    errs = ev.filter((pl.col("kind") == Kind.NETWORK_ERROR.value) & pl.col("attrs").str.contains('"peer"', literal=True))
+    if errs.height == 0 or errs.height > 100_000:
+        return ev
+    owner: dict[str, str] = {}
+    for host, a in cfg.select("host", "attrs").iter_rows():
+        d = attrs_of(a)
+        ips = [d.get("oob_ip")] + [i.get("ip") for i in d.get("ifaces") or [] if isinstance(i, dict)]
+        for ip in ips:
+            if host and isinstance(ip, str) and ip:
+                owner.setdefault(ip, host)
+    # An error's own local GID ("::ffff:10.13.0.2") is an address of the host that logged it.
+    for host, a in errs.select("host", "attrs").iter_rows():
+        gid = str(attrs_of(a).get("local_gid") or "")
+        if host and gid.startswith("::ffff:"):
+            owner.setdefault(gid.removeprefix("::ffff:"), host)
+    if not owner:
+        return ev
+    ids, new = [], []
+    for _id, a in errs.select("_id", "attrs").iter_rows():
+        d = attrs_of(a)
+        peer = str(d.get("peer") or "")
+        host = owner.get(peer) or owner.get(peer.removeprefix("::ffff:"))
+        if host:
+            d["peer_host"] = host
+            ids.append(_id)
+            new.append(json.dumps(d, separators=(",", ":")))
+    if not ids:
+        return ev
+    upd = pl.DataFrame({"_id": ids, "_a": new}, schema={"_id": pl.UInt32, "_a": pl.String})
+    return ev.join(upd, on="_id", how="left").with_columns(pl.coalesce("_a", "attrs").alias("attrs")).drop("_a").sort("_id")
 
 
 def _world_size(ev: pl.DataFrame) -> int | None:

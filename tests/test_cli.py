@@ -36,10 +36,10 @@ def test_analyze_json_follows_the_contract() -> None:
 def test_analyze_terminal_and_markdown() -> None:
     res = runner.invoke(app, ["analyze", str(MINI), "--tz", "UTC", "--width", "100"])
     assert res.exit_code == 0
-    assert "fabric_timeout" in res.stdout and "slurm-4242.out:12" in res.stdout
+    assert "fabric_timeout" in res.stdout and "slurm-4242.out:14" in res.stdout
     md = runner.invoke(app, ["analyze", str(MINI), "--format", "markdown", "--tz", "UTC"])
     assert md.stdout.startswith("# crashscope: `fabric_timeout`")
-    assert "`slurm-4242.out:12`" in md.stdout
+    assert "`slurm-4242.out:14`" in md.stdout
 
 
 def test_fail_on_crash_and_missing_dir(tmp_path: Path) -> None:

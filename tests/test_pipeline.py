@@ -15,7 +15,7 @@ def test_mini_ib_job_is_attributed_to_the_fabric_on_node002() -> None:
     assert report.implicated["nodes"] == ["node002"]
     assert report.implicated["ranks"] == [2]
     assert report.first_failure is not None
-    assert report.first_failure["file"] == "slurm-4242.out" and report.first_failure["line"] == 12
+    assert report.first_failure["file"] == "slurm-4242.out" and report.first_failure["line"] == 14
     # Every evidence item points at a real line of a real file with that text.
     for e in report.evidence:
         text = (MINI / e.file).read_text().splitlines()[e.line - 1]
@@ -30,3 +30,7 @@ def test_mini_ib_job_is_attributed_to_the_fabric_on_node002() -> None:
     assert link["time_quality"] == "aligned" and link["time"].isoformat().startswith("2026-09-14T08:22:45")
     assert any("node001/dmesg.txt" in w and "boot-relative" in w for w in report.warnings)
     assert {s["file"] for s in report.sources} >= {"slurm-4242.out", "node002/dmesg.txt", "node002/proc_stat"}
+    # The IB error names its peer by IP; NCCL's NET/IB lines say node001 owns that IP.
+    ib = tl.events.filter(tl.events["kind"] == "network_error").row(0, named=True)
+    assert '"peer_host":"node001"' in ib["attrs"]
+    assert "peer node001" in report.summary
