@@ -21,7 +21,7 @@ import regex
 from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
-from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
+from crashscope.sources.base import FileInfo, FileSource, ParseContext, ParseOptions, decode, frame_from_rows
 
 log = logging.getLogger(__name__)
 
@@ -272,22 +272,22 @@ _DIGITS = regex.compile(r"\d+")
 def _sniff_siblings(head_text: str, entry: Entry, cache: dict | None):  # type: ignore[no-untyped-def]
     """Every source sniffs the first of a family of siblings (rank0.log ... rank1023.log in
     one directory); the rest are checked by the family's winner alone, and fully sniffed
-    again when it no longer recognises them. Only for line sources: all of them parse a
-    text file anyway, so the claim is all that a wrong guess could change."""
+    again when it no longer recognises them (at half its first score or less)."""
     if cache is None:
         return sniff_scores(head_text, entry.name)
-    key = (entry.path.rsplit("/", 1)[0] if "/" in entry.path else "", _DIGITS.sub("#", entry.name))
+    # nodes/node017/dmesg.txt and logs/rank12.log are families across directories too
+    key = _DIGITS.sub("#", entry.path)
     hit = cache.get(key)
     if hit is not None:
-        score, winner, runner = hit
+        score, winner, _runner = hit
         try:
             again = float(winner.sniff(head_text, entry.name))
         except Exception:  # noqa: BLE001
             again = 0.0
         if again >= 0.5 * score and again > 0:
-            return [(again, winner)] + ([runner] if runner else [])
+            return [(again, winner)]  # runner-ups were not asked: no tie to report
     scores = sniff_scores(head_text, entry.name)
-    if scores and scores[0][0] > 0 and isinstance(scores[0][1], LineSource):
+    if scores and scores[0][0] > 0:
         cache[key] = (scores[0][0], scores[0][1], scores[1] if len(scores) > 1 else None)
     return scores
 
