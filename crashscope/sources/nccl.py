@@ -84,10 +84,13 @@ PREFILTER = (
 
 _PREFIX = regex.compile(
     r"""(?:\[(?P<ts>[^\]]{4,64})\]\ )?                     # default "[%F %T] " (>= 2.26)
-        (?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)[ ]
+        (?P<host>[^\s:\[\]]+)
+        (?::(?P<pid>\d+):(?P<tid>\d+)[ ]                     # host:pid:tid
+         |[ ](?=\[-?\d+\]\ ))                               # or the host alone, seen in the wild
         (?:\[(?P<dev>-?\d+)\]\ )?                           # absent on CALL lines
         (?:(?P<ms>\d+\.\d+)\ )?                             # TRACE: ms since logger init
-        (?:(?P<file>[^\s\[\]]+):(?P<sline>\d+)\             # WARN file:line / TRACE func:line
+        (?:(?|(?P<file>[^\s\[\]]+):(?P<sline>\d+)\          # WARN file:line / TRACE func:line
+             |(?P<file>[^\s\[\]]+\.(?:cc|cu|cpp|c|h))\ (?P<sline>\d+)\ )  # very old: "file line"
            (?:\((?P<func>[^)\s]*)\)\ )?)?                   # master: (func)
         NCCL\ (?P<level>INFO|WARN|TRACE|CALL)(?:\ (?P<msg>.*))?$""",
     regex.VERBOSE,
@@ -292,12 +295,12 @@ class NcclSource(LineSource):
             "time": time,
             "time_quality": tq,
             "host": m.group("host"),
-            "pid": int(m.group("pid")),
+            "pid": _int(m.group("pid")),
             "gpu_index": _int(m.group("dev")),
             "rank": pre.rank,
             "local_rank": pre.local_rank,
         }
-        extra: dict[str, Any] = {"tid": int(m.group("tid"))}
+        extra: dict[str, Any] = {"tid": _int(m.group("tid"))} if m.group("tid") else {}
         if pre.task is not None:
             extra["srun_task"] = pre.task
         if m.group("ms"):
