@@ -107,3 +107,37 @@ def test_single_file_and_missing_dir(tmp_path: Path) -> None:
     report, _, result = analyze(tmp_path / "nope")
     assert [x.kind for x in result.files] == ["unreadable"]
     assert any("No such file" in w for w in report.warnings)
+
+
+def test_compressed_formats_and_nested_archives(tmp_path: Path) -> None:
+    import bz2
+    import lzma
+
+    import zstandard
+
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "a.log.zst").write_bytes(zstandard.ZstdCompressor().compress(WATCHDOG))
+    (root / "b.log.bz2").write_bytes(bz2.compress(WATCHDOG))
+    (root / "c.log.xz").write_bytes(lzma.compress(WATCHDOG))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:  # plain tar holding a gzip member
+        data = gzip.compress(NCCL_LINE + WATCHDOG)
+        info = tarfile.TarInfo("node003/rank7.log.gz")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (root / "bundle.tar").write_bytes(buf.getvalue())
+    result = ingest(root)
+    per_file = {f.file: f for f in result.files}
+    for name in ("a.log.zst", "b.log.bz2", "c.log.xz", "bundle.tar!node003/rank7.log.gz"):
+        assert per_file[name].events >= 1, name
+    member = result.events.filter(result.events["file"] == "bundle.tar!node003/rank7.log.gz")
+    assert member["line"].to_list() == [1, 2]  # line numbers inside the decompressed member
+    assert set(member["host"].drop_nulls().to_list()) == {"node001", "node003"}  # NCCL's own host; the folder's for c10
+
+
+def test_source_override(tmp_path: Path) -> None:
+    (tmp_path / "weird.txt").write_bytes(WATCHDOG)
+    result = ingest(tmp_path, overrides={"weird.txt": "pytorch"})
+    (rec,) = result.files
+    assert rec.kind == "pytorch" and rec.confidence == 1.0 and rec.events >= 1
