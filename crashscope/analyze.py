@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time as _time
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
@@ -161,8 +162,6 @@ def _job_nodes(ev: pl.DataFrame) -> list[str]:
     st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
     nodes: set[str] = set()
     for a in st["attrs"].drop_nulls().to_list():
-        import json
-
         try:
             v = json.loads(a).get("nodes")
         except (ValueError, AttributeError):
