@@ -46,8 +46,7 @@ def _show(events: pl.DataFrame) -> str:
 @pytest.mark.parametrize("rule,tier,example", _example_cases())
 def test_rule_example(rule: Rule, tier: str, example) -> None:
     stubs = sorted({s for s, *_ in example.inputs if _is_stub(s)})
-    if stubs:
-        pytest.skip(f"source not implemented yet: {', '.join(stubs)}")
+    assert not stubs, f"{rule.where()}: example needs a source that parses nothing: {', '.join(stubs)}"
     events, finding = run_example(rule, example)
     where = rule.where(f"tests.{tier}")
     if tier == "hit":
@@ -68,13 +67,10 @@ def _bundle_cases() -> list:
 @pytest.mark.parametrize("rule,bundle", _bundle_cases())
 def test_rule_bundle(rule: Rule, bundle) -> None:
     path = REPO_ROOT / bundle.path
-    if not path.exists():
-        pytest.skip(f"{bundle.path} not generated yet")
-    ingest = pytest.importorskip("crashscope.ingest").ingest
-    result = ingest(path)
-    events = getattr(result, "events", result)
-    if isinstance(events, pl.LazyFrame):
-        events = events.collect()
+    assert path.exists(), f"{rule.where('tests.bundles')}: {bundle.path} does not exist (fixture renamed? regenerate or fix the path)"
+    from crashscope.ingest import ingest
+
+    events = ingest(path).events
     finding = evaluate_rule(rule, events)
     expect = bundle.expect
     if not expect.get("fires", True):
