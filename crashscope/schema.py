@@ -7,6 +7,8 @@ keys are documented per kind in ``docs/schema.md``).
 
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
 from enum import Enum
 
 import polars as pl
@@ -108,19 +110,17 @@ class TimeQuality(str, Enum):
 
 TIME_QUALITIES: tuple[str, ...] = tuple(q.value for q in TimeQuality)
 
-# Source names are part of the schema (an Enum column); keep in step with sources.SOURCES
-# (a test checks both directions).
-SOURCE_NAMES: tuple[str, ...] = (
-    "nccl",
-    "pytorch",
-    "torchelastic",
-    "slurm",
-    "sacct",
-    "kernel",
-    "nvidia_smi",
-    "gpu_csv",
-    "versions",
-)
+def _source_module_names() -> tuple[str, ...]:
+    """One name per module in ``crashscope/sources/`` (read from the package folder without
+    importing it: the sources import this module). A source's ``name`` is its module's
+    name, so adding a source is one module plus one registry line; a test checks both."""
+    spec = importlib.util.find_spec("crashscope.sources")
+    paths = list(spec.submodule_search_locations or []) if spec else []
+    names = {m.name for m in pkgutil.iter_modules(paths) if not m.ispkg and m.name != "base"}
+    return tuple(sorted(names))
+
+
+SOURCE_NAMES: tuple[str, ...] = _source_module_names()
 
 EVENT_SCHEMA = pl.Schema(
     {

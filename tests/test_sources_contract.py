@@ -23,7 +23,8 @@ def test_every_module_is_registered_and_named_in_the_schema() -> None:
     modules = {m.name for m in pkgutil.iter_modules(registry.__path__) if m.name != "base"}
     registered = {type(s).__module__.rsplit(".", 1)[-1] for s in SOURCES}
     assert modules == registered, "a module in crashscope/sources is missing from SOURCES (or the reverse)"
-    assert tuple(s.name for s in SOURCES) == SOURCE_NAMES
+    assert sorted(s.name for s in SOURCES) == list(SOURCE_NAMES)
+    assert all(type(s).__module__.rsplit(".", 1)[-1] == s.name for s in SOURCES), "a source's name is its module's name"
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=IDS)
