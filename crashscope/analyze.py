@@ -95,10 +95,12 @@ def analyze(
 
 
 def _job_year_month(ev: pl.DataFrame) -> tuple[int | None, int | None]:
+    """The year and month the job ran, for year-less stamps: the median of the stamps that
+    carry a year, so one stray old line (an Xid from last December) does not move it."""
     exact = ev.filter((pl.col("time_quality") == TimeQuality.EXACT.value) & pl.col("time").is_not_null() & (pl.col("source") != "versions"))
     if exact.height == 0:
         return None, None
-    t = exact["time"].min()
+    t = exact["time"].sort()[exact.height // 2]
     return t.year, t.month  # type: ignore[union-attr]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import stat
 import tarfile
 from pathlib import Path
 

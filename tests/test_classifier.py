@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from crashscope.classify import features as F
-from crashscope.classify.model import DEFAULT_PATH, ClassifierError, Model, dumps, load_model, model_from_json
+from crashscope.classify.model import DEFAULT_PATH, ClassifierError, dumps, load_model, model_from_json
 from crashscope.classify.train import Sample, TrainingError, fit, find_labeled, read_label
 from crashscope.engine.model import Finding
 from crashscope.timeline import Timeline, collapse_symptoms

@@ -3,7 +3,7 @@ symptom collapsing."""
 
 from __future__ import annotations
 
-import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -103,3 +103,24 @@ def test_host_from_file_name_of_known_host() -> None:
     b = make_event(kind="nccl_error", source="nccl", host=None, file="logs/nccl.node007.1234.log", line=1)
     tl = _tl([a, b])
     assert set(tl.events["host"].to_list()) == {"node007"}
+
+
+def test_job_year_ignores_a_stray_old_stamp() -> None:
+    from crashscope.analyze import _job_year_month
+
+    jan = int(datetime(2027, 1, 3, 10, tzinfo=timezone.utc).timestamp()) * SEC
+    dec = int(datetime(2026, 12, 20, 10, tzinfo=timezone.utc).timestamp()) * SEC
+    frames = [make_event(time=dec, source="kernel", kind="xid")] + [make_event(time=jan + i * SEC, source="slurm", kind="job_state") for i in range(3)]
+    assert _job_year_month(pl.concat(frames)) == (2027, 1)
+
+
+def test_yearless_stamps_across_new_year_from_either_side() -> None:
+    from crashscope.sources.base import FileInfo, ParseContext, ParseOptions
+
+    def date(ref_year: int, ref_month: int, month: int) -> int:
+        ctx = ParseContext(FileInfo("f", "f"), "kernel", ParseOptions(year=ref_year, month=ref_month))
+        return datetime.fromtimestamp(ctx.yearless_ns(month, 15, 12, 0, 0) / SEC, timezone.utc).year
+
+    assert date(2026, 12, 1) == 2027 and date(2026, 12, 12) == 2026  # job started in December
+    assert date(2027, 1, 12) == 2026 and date(2027, 1, 1) == 2027  # reference month is January
+    assert date(2026, 6, 11) == 2026

@@ -61,7 +61,7 @@ def _sel(sel: Selection) -> str:
 
 def _rule_md(r: Rule) -> list[str]:
     out = [f"### `{r.id}`", "", f"**{r.title}**", ""]
-    out.append(f"| status | role | cause | weight | severity | sources | kinds |")
+    out.append("| status | role | cause | weight | severity | sources | kinds |")
     out.append("|---|---|---|---|---|---|---|")
     out.append(f"| {r.status} | {r.role} | `{r.cause}` | {r.weight:.2f} | {r.severity} | {', '.join(r.sources)} | {', '.join(r.kinds)} |")
     out += ["", r.description.strip(), "", "**Match**", ""]

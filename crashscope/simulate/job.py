@@ -573,7 +573,7 @@ class Job:
     def emit_boot(self) -> None:
         for n in range(self.N):
             b = self.boot[n]
-            self.klog(n, b + 0.0, f"Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 (Ubuntu 5.15.0-91.101-generic 5.15.131)", 5)
+            self.klog(n, b + 0.0, "Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 (Ubuntu 5.15.0-91.101-generic 5.15.131)", 5)
             self.klog(n, b + 0.0001, "Command line: BOOT_IMAGE=/vmlinuz-5.15.0-91-generic root=UUID=3d1f0a52-7c1e-4d0b-9a55-1f2c3b4d5e6f ro pci=realloc=off", 6)
             self.klog(n, b + 21.3, "nvidia: loading out-of-tree module taints kernel.", 4)
             self.klog(n, b + 21.5, F.nvrm_loading(self.node_driver[n][0]), 6, self.boot_tags.get(n))

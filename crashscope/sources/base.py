@@ -151,13 +151,19 @@ class ParseContext:
         return epoch_ns(dt) + ns
 
     def yearless_ns(self, month: int, day: int, hh: int, mm: int, ss: int, ns: int = 0) -> int | None:
-        """Year-less local stamp (syslog, c10, torchrun): dated from the job's start.
+        """Year-less local stamp (syslog, c10, torchrun): dated in the job's year.
 
-        A stamp in January when the job started in December belongs to the next year.
+        The year is the one that puts the stamp within six months of the job's month, so a
+        job across New Year gets December stamps in one year and January ones in the next,
+        whichever side of it the reference month lies on.
         """
         year = self.options.year or datetime.now(UTC).year
-        if self.options.month == 12 and month == 1:
-            year += 1
+        ref = self.options.month
+        if ref is not None:
+            if month - ref > 6:
+                year -= 1
+            elif ref - month > 6:
+                year += 1
         return self.local_ns(year, month, day, hh, mm, ss, ns)
 
 
