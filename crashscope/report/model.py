@@ -3,8 +3,8 @@ renders. Field names of the contract part are exactly those of ``shared/taxonomy
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable
 
 SCHEMA_VERSION = "1"
 
@@ -54,3 +54,30 @@ class Report:
         ordered = {"schema_version": SCHEMA_VERSION}
         ordered.update(d)
         return ordered
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Report":
+        """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
+        ignored, missing ones take their defaults, so older and newer reports load."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and k != "evidence"}
+        ev_names = {f.name for f in fields(EvidenceItem)}
+        evidence = []
+        for e in d.get("evidence") or []:
+            if isinstance(e, dict):
+                item = {k: v for k, v in e.items() if k in ev_names}
+                item.setdefault("rule", "")
+                item.setdefault("cause", "unknown")
+                item.setdefault("file", "")
+                item.setdefault("message", "")
+                for k in ("time", "node", "rank", "line"):
+                    item.setdefault(k, None)
+                evidence.append(EvidenceItem(**item))
+        kw.setdefault("job", {})
+        return cls(evidence=evidence, **kw)
+
+    def map_strings(self, fn: Callable[[str], str]) -> "Report":
+        """A copy with ``fn`` applied to every string value (the hook for redaction)."""
+        from crashscope.report.safe import map_strings
+
+        return map_strings(self, fn)  # type: ignore[no-any-return]

@@ -1,162 +1,400 @@
-"""Views of a ``Report``: pure functions from the result object to text."""
+"""Views of a ``Report``: pure functions from the result object to text.
+
+``RENDERERS`` maps a view name to its function; :func:`renderer_for` picks one from
+``--format`` or an output file's suffix. Every value that can come from a log (messages,
+file names, host names, and anything built from them) goes through
+:mod:`crashscope.report.safe`; no view parses rich markup or lets a control character,
+a line break or Markdown structure out of a value.
+"""
 
 from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, Callable
 
 from crashscope.report.model import Report
+from crashscope.report.safe import escape_controls, json_text, md_code, md_fence, md_text
+
+UNKNOWN = "unknown"
+
+# Default width of the terminal view when nothing better is known, and its bounds.
+DEFAULT_WIDTH = 100
+MIN_WIDTH = 40
+MAX_WIDTH = 400
+# Caps of the compact terminal view (``--full`` shows everything): the verdict stays on
+# screen (about 40 lines on an 80-column terminal).
+COMPACT = {"evidence": 4, "symptoms": 3, "co_occurring": 3, "actions": 3, "missing": 3, "warnings": 3, "excerpt": 0}
+FULL_MESSAGE = 600
+COMPACT_MESSAGE = 200
 
 
-def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+def render_json(report: Report, **_: Any) -> str:
+    return json_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False)) + "\n"
 
 
-def _loc(item: dict[str, Any] | Any) -> str:
-    f = item["file"] if isinstance(item, dict) else item.file
-    ln = item["line"] if isinstance(item, dict) else item.line
-    return f"{f}:{ln}" if ln else f
+# --- small helpers -------------------------------------------------------------------------
 
 
-def render_terminal(report: Report, *, width: int = 100, color: bool = False) -> str:
-    """Rich rendering; ``color=False`` gives plain text (goldens, pipes)."""
+def _known(v: Any) -> bool:
+    return v is not None and v != "" and v != "?"
+
+
+def _t(v: Any, limit: int | None = None) -> str:
+    return escape_controls(v, limit)
+
+
+def _time(v: Any, *, short: bool = False) -> str:
+    """ISO stamps to the millisecond: ``2026-08-21T19:58:29.000Z``."""
+    if not _known(v):
+        return ""
+    s = _t(v)
+    if len(s) >= 23 and s[10:11] == "T" and s.endswith("Z"):
+        s = s[:23] + "Z"
+    return s
+
+
+def _loc(file: Any, line: Any) -> str:
+    if not _known(file):
+        return ""
+    return f"{_t(file)}:{line}" if isinstance(line, int) and not isinstance(line, bool) and line > 0 else _t(file)
+
+
+def _gpu(g: Any) -> str:
+    if not isinstance(g, dict):
+        return ""
+    parts = []
+    if _known(g.get("node")):
+        parts.append(_t(g["node"]))
+    if g.get("index") is not None:
+        parts.append(f"GPU {_t(g['index'])}")
+    elif _known(g.get("pci")):
+        parts.append(f"GPU {_t(g['pci'])}")
+    return " ".join(parts)
+
+
+def _where(node: Any, rank: Any, gpu: Any = None) -> str:
+    parts = []
+    if _known(node):
+        parts.append(_t(node))
+    if rank is not None:
+        parts.append(f"rank {_t(rank)}")
+    if isinstance(gpu, dict) and gpu.get("index") is not None:
+        parts.append(f"GPU {_t(gpu['index'])}")
+    return " ".join(parts)
+
+
+def _ranks(ranks: list[Any]) -> str:
+    ints = sorted({r for r in ranks if isinstance(r, int) and not isinstance(r, bool)})
+    if not ints:
+        return ""
+    out, start, prev = [], ints[0], ints[0]
+    for r in ints[1:] + [None]:  # type: ignore[list-item]
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(out)
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    parts = []
+    jid = job.get("id")
+    parts.append(f"Job {_t(jid)}" if _known(jid) else "Job (id unknown)")
+    nodes = job.get("nodes") or []
+    if nodes:
+        parts.append(f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}")
+    ranks = job.get("ranks")
+    if _known(ranks) and ranks:
+        parts.append(f"{_t(ranks)} ranks")
+    return " · ".join(parts)
+
+
+def _culprit(imp: dict[str, Any]) -> str:
+    nodes = [_t(n) for n in imp.get("nodes") or [] if _known(n)]
+    ranks = _ranks(imp.get("ranks") or [])
+    raw = [g for g in imp.get("gpus") or [] if isinstance(g, dict)]
+    if len(nodes) == 1 and all(_t(g.get("node")) == nodes[0] for g in raw):
+        raw = [{k: v for k, v in g.items() if k != "node"} for g in raw]  # "GPU 0" of that node
+    gpus = [g for g in (_gpu(g) for g in raw) if g]
+    parts = []
+    if nodes:
+        parts.append(("node " if len(nodes) == 1 else "nodes ") + ", ".join(nodes[:6]) + (f" (+{len(nodes) - 6})" if len(nodes) > 6 else ""))
+    if ranks:
+        parts.append(("rank " if "," not in ranks and "-" not in ranks else "ranks ") + ranks)
+    if gpus:
+        parts.append(", ".join(gpus[:4]) + (f" (+{len(gpus) - 4})" if len(gpus) > 4 else ""))
+    return " · ".join(parts)
+
+
+def _symptom_on(s: dict[str, Any]) -> str:
+    n = s.get("n_ranks") or 0
+    if n:
+        return f"on {n} rank{'s' if n != 1 else ''}"
+    hosts = s.get("hosts") or []
+    if hosts:
+        return f"on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
+    return ""
+
+
+# --- terminal ------------------------------------------------------------------------------
+
+
+def clamp_width(width: int | None) -> int:
+    """The terminal view's width: ``width`` if given, else the terminal's (``COLUMNS`` or the
+    tty size, else :data:`DEFAULT_WIDTH`), bounded to ``MIN_WIDTH..MAX_WIDTH``."""
+    if width is None:
+        import shutil
+
+        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, int(width)))
+
+
+def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color: bool = False, full: bool = False) -> str:
+    """Plain text for a terminal (``color=True`` adds ANSI styles made here, never from data).
+
+    The verdict (cause, confidence, culprit, first failure, summary) comes first; the
+    sections after it are capped unless ``full``."""
     from rich.console import Console
-    from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
+    w = clamp_width(width)
     buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system="standard" if color else None, force_terminal=color, highlight=False)
-    job = report.job
-    head = Text()
-    head.append(f"{report.cause}", style="bold red" if report.cause not in ("none", "unknown") else "bold")
-    head.append(f"  confidence {report.confidence:.2f}")
+    con = Console(file=buf, width=w, color_system="standard" if color else None, force_terminal=color,
+                  highlight=False, markup=False, emoji=False, legacy_windows=False, soft_wrap=False)
+    caps = {k: None for k in COMPACT} if full else dict(COMPACT)
+    msg_limit = FULL_MESSAGE if full else COMPACT_MESSAGE
+    hidden: list[str] = []
+
+    def line(*parts: tuple[str, str] | str, wrap: bool = False, indent: int = 0) -> None:
+        t = Text()
+        for p in parts:
+            if isinstance(p, tuple):
+                t.append(p[0], style=p[1])
+            else:
+                t.append(p)
+        if wrap and indent:  # hanging indent for folded lines
+            g = Table.grid(padding=0)
+            g.add_column(width=indent, no_wrap=True)
+            g.add_column(overflow="fold")
+            g.add_row(Text(" " * indent), t)
+            con.print(g)
+            return
+        con.print(Text(" " * indent) + t, crop=True, no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+
+    def bullet(text: str, indent: int = 2, mark: str = "- ") -> None:
+        g = Table.grid(padding=0)
+        g.add_column(width=indent + len(mark), no_wrap=True)
+        g.add_column(overflow="fold")
+        g.add_row(Text(" " * indent + mark), Text(text))
+        con.print(g)
+
+    def capped(name: str, items: list[Any]) -> list[Any]:
+        cap = caps[name]
+        if cap is not None and len(items) > cap:
+            hidden.append(f"{len(items) - cap} {name.replace('_', '-')}")
+            return items[:cap]
+        return items
+
+    cause = _t(report.cause) or UNKNOWN
+    bad = cause not in ("none", UNKNOWN)
+    head = [("crashscope: ", "bold"), (cause, "bold red" if bad else "bold"), f"  confidence {report.confidence:.2f}"]
+    line(*head)
     if report.alternatives:
-        alts = ", ".join(f"{a['cause']} {a['probability']:.2f}" for a in report.alternatives[:3])
-        head.append(f"   (alternatives: {alts})", style="dim")
-    head.append(f"\njob {job.get('id') or '?'}: {len(job.get('nodes') or [])} nodes, {job.get('ranks') or '?'} ranks")
-    if report.summary:
-        head.append(f"\n{report.summary}")
-    con.print(Panel(head, title="crashscope verdict", expand=True))
-
-    imp = report.implicated
-    if imp["nodes"] or imp["ranks"] or imp["gpus"]:
-        gpus = ", ".join(f"{g['node']} GPU {g['index']}" if g.get("index") is not None else f"{g['node']} {g.get('pci')}" for g in imp["gpus"])
-        con.print(f"[bold]Implicated[/bold]  nodes: {', '.join(imp['nodes']) or '-'}   ranks: {_ranks(imp['ranks'])}   gpus: {gpus or '-'}")
+        alts = ", ".join(f"{_t(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives[:3] if isinstance(a, dict))
+        line(("alternatives: ", "dim"), (alts, "dim"), indent=2)
+    line(_job_line(report.job or {}))
+    culprit = _culprit(report.implicated or {})
+    if culprit:
+        line(("Culprit: ", "bold"), culprit)
+    elif bad:
+        line(("Culprit: ", "bold"), UNKNOWN)
     ff = report.first_failure
-    if ff:
-        con.print(f"[bold]First failure[/bold]  {ff.get('time') or '?'}  {ff.get('node') or '?'} rank {ff.get('rank') if ff.get('rank') is not None else '?'}  [{ff.get('source')}]")
-        con.print(f"  {ff.get('message', '')[:300]}")
-        if ff.get("file"):
-            con.print(f"  at {_loc(ff)}", style="dim")
+    if isinstance(ff, dict) and ff:
+        where = _where(ff.get("node"), ff.get("rank"))
+        src = _t(ff.get("source")) if _known(ff.get("source")) else ""
+        head2: list[Any] = [("First failure: ", "bold"), _time(ff.get("time")) or "time unknown"]
+        if where:
+            head2.append(f"  {where}")
+        if src:
+            head2.append((f"  ({src})", "dim"))
+        line(*head2)
+        if _known(ff.get("message")):
+            line(_t(ff.get("message"), msg_limit), indent=2, wrap=full)
+        loc = _loc(ff.get("file"), ff.get("line"))
+        if loc:
+            line(("at " + loc, "dim"), indent=2)
+    if report.summary:
+        con.print(Text(_t(report.summary, 2000)))
 
+    line("")
     if report.evidence:
-        t = Table(title="Evidence", show_lines=False, expand=True)
-        t.add_column("time (UTC)", no_wrap=True)
-        t.add_column("where", no_wrap=True)
-        t.add_column("rule / role")
-        t.add_column("line", overflow="fold")
-        for e in report.evidence[:15]:
-            where = f"{e.node or '?'}" + (f" r{e.rank}" if e.rank is not None else "")
-            t.add_row((e.time or "")[:23], where, f"{e.rule}\n({e.role})", f"{e.message[:200]}\n[dim]{e.file}:{e.line}[/dim]")
-        con.print(t)
+        items = capped("evidence", list(report.evidence))
+        line((f"Evidence ({len(report.evidence)})", "bold"))
+        for e in items:
+            where = _where(e.node, e.rank, e.gpu)
+            line(f"  {_time(e.time) or 'time unknown'}  ", where + ("  " if where else ""), (_loc(e.file, e.line), "dim"))
+            line((f"[{_t(e.role)}] ", "dim"), (_t(e.rule), "bold"), ": ", _t(e.message, msg_limit), indent=4, wrap=full)
 
     if report.symptoms:
-        t = Table(title="Collapsed symptoms", expand=True)
-        t.add_column("count", justify="right")
-        t.add_column("on")
-        t.add_column("symptom", overflow="fold")
-        t.add_column("not reported by", overflow="fold")
-        for s in report.symptoms[:8]:
-            t.add_row(str(s["count"]), f"{s['n_ranks']} ranks" if s["n_ranks"] else f"{len(s['hosts'])} hosts", f"{s['kind']}: {s['first']['message'][:120]}\n[dim]first: {s['first']['file']}:{s['first']['line']}[/dim]", _ranks(s.get("missing_ranks") or []))
-        con.print(t)
+        items = capped("symptoms", list(report.symptoms))
+        line((f"Collapsed symptoms ({len(report.symptoms)})", "bold"))
+        for s in items:
+            if not isinstance(s, dict):
+                continue
+            first = s.get("first") if isinstance(s.get("first"), dict) else {}
+            on = _symptom_on(s)
+            missing = _ranks(s.get("missing_ranks") or [])
+            line(f"  {_t(s.get('count'))}x {_t(s.get('kind'))}" + (f" {on}" if on else ""),
+                 f", not from ranks {missing}" if missing else "", "  ", (_loc(first.get("file"), first.get("line")), "dim"))
+            line(_t(first.get("message"), msg_limit), indent=4, wrap=full)
 
     if report.timeline_excerpt:
-        t = Table(title="Timeline around the first failure", expand=True)
-        t.add_column("time (UTC)", no_wrap=True)
-        t.add_column("where", no_wrap=True)
-        t.add_column("kind")
-        t.add_column("message", overflow="fold")
-        for e in report.timeline_excerpt:
-            where = f"{e.get('node') or '?'}" + (f" r{e['rank']}" if e.get("rank") is not None else "")
-            t.add_row((e.get("time") or "")[:23], where, e["kind"], f"{e['message'][:160]}")
-        con.print(t)
+        if caps["excerpt"] == 0:
+            hidden.append("timeline excerpt")
+        else:
+            line(("Timeline around the first failure", "bold"))
+            for e in report.timeline_excerpt:
+                if not isinstance(e, dict):
+                    continue
+                where = _where(e.get("node"), e.get("rank"))
+                line(f"  {_time(e.get('time')) or 'time unknown'}  {where + '  ' if where else ''}{_t(e.get('kind'))}: ",
+                     _t(e.get("message"), msg_limit), wrap=full)
 
     if report.co_occurring:
-        con.print("[bold]Also seen in the correlation window[/bold]")
-        for c in report.co_occurring:
-            con.print(f"  - {c['cause']}: {c['rule']} on {', '.join(c.get('nodes') or []) or '?'} ({c.get('file')}:{c.get('line')})")
+        items = capped("co_occurring", list(report.co_occurring))
+        line(("Also seen in the correlation window", "bold"))
+        for c in items:
+            if not isinstance(c, dict):
+                continue
+            nodes = ", ".join(_t(n) for n in c.get("nodes") or [] if _known(n))
+            loc = _loc(c.get("file"), c.get("line"))
+            bullet(f"{_t(c.get('cause'))}: {_t(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({loc})" if loc else ""))
     if report.actions:
-        con.print("[bold]Recommended actions[/bold]")
-        for a in report.actions:
-            con.print(f"  - {a}")
+        line(("Recommended actions", "bold"))
+        for a in capped("actions", list(report.actions)):
+            bullet(_t(a, 1000))
     if report.missing:
-        con.print("[bold]Missing data (lowers confidence)[/bold]")
-        for m in report.missing:
-            con.print(f"  - {m}")
-    cov = report.coverage
+        line(("Missing data (lowers confidence)", "bold"))
+        for m in capped("missing", list(report.missing)):
+            bullet(_t(m, 1000))
+    cov = report.coverage or {}
     if cov:
-        con.print(
-            f"[bold]Coverage[/bold]  {cov.get('files', 0)} files ({cov.get('recognized', 0)} recognized, "
-            f"{cov.get('unrecognized', 0)} unrecognized, {cov.get('unreadable', 0)} unreadable), "
-            f"{cov.get('events', 0)} events, hosts {len(cov.get('hosts', {}))}, ranks seen {cov.get('ranks_seen', 0)}/{cov.get('ranks_expected') or '?'}"
-        )
+        hosts = [h for h in (cov.get("hosts") or {}) if _known(h)]
+        parts = [f"{cov.get('files', 0)} files ({cov.get('recognized', 0)} recognized, {cov.get('unrecognized', 0)} unrecognized, {cov.get('unreadable', 0)} unreadable)",
+                 f"{cov.get('events', 0)} events"]
+        if hosts:
+            parts.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
+        seen, expected = cov.get("ranks_seen") or 0, cov.get("ranks_expected")
+        if expected:
+            parts.append(f"ranks seen {seen}/{expected}")
+        elif seen:
+            parts.append(f"{seen} ranks seen")
+        con.print(Text.assemble(("Coverage: ", "bold"), ", ".join(parts)))
     if report.warnings:
-        con.print(f"[bold]Warnings[/bold] ({len(report.warnings)})")
-        for w in report.warnings[:12]:
-            con.print(f"  - {w}", markup=False)
-        if len(report.warnings) > 12:
-            con.print(f"  ... {len(report.warnings) - 12} more (see --format json)")
-    return buf.getvalue()
+        line((f"Warnings ({len(report.warnings)})", "bold"))
+        for wtext in capped("warnings", list(report.warnings)):
+            bullet(_t(wtext, 1000))
+    if hidden:
+        line((f"Not shown: {', '.join(hidden)} (--full shows everything; --format json for all data)", "dim"), wrap=True)
+    return "".join(ln.rstrip() + "\n" for ln in buf.getvalue().splitlines())
 
 
-def _ranks(ranks: list[int]) -> str:
-    from crashscope.timeline import _compress_ints
-
-    return _compress_ints(ranks) if ranks else "-"
+# --- Markdown ------------------------------------------------------------------------------
 
 
-def render_markdown(report: Report) -> str:
-    """For tickets: plain Markdown, evidence as file:line, no colors."""
-    job = report.job
-    out = [
-        f"# crashscope: `{report.cause}` (confidence {report.confidence:.2f})",
-        "",
-        f"Job **{job.get('id') or '?'}**, {len(job.get('nodes') or [])} nodes, {job.get('ranks') or '?'} ranks.",
-    ]
+def render_markdown(report: Report, **_: Any) -> str:
+    """For tickets: plain Markdown, evidence as file:line, no colors. Every value is escaped
+    (:func:`md_text`) or a code span (:func:`md_code`), so log text never makes structure."""
+    job = report.job or {}
+    out = [f"# crashscope: {md_code(report.cause) or UNKNOWN} (confidence {report.confidence:.2f})", "", md_text(_job_line(job)) + "."]
     if report.summary:
-        out += ["", report.summary]
-    imp = report.implicated
-    out += [
-        "",
-        "| implicated | |",
-        "|---|---|",
-        f"| nodes | {', '.join(imp['nodes']) or '-'} |",
-        f"| ranks | {_ranks(imp['ranks'])} |",
-        "| GPUs | " + (", ".join(f"{g['node']}:{g.get('index')}" for g in imp["gpus"]) or "-") + " |",
-    ]
+        out += ["", md_text(report.summary, 2000)]
+    imp = report.implicated or {}
+    nodes = ", ".join(md_text(n) for n in imp.get("nodes") or [] if _known(n))
+    gpus = ", ".join(md_text(_gpu(g)) for g in imp.get("gpus") or [] if _gpu(g))
+    if nodes or imp.get("ranks") or gpus:
+        out += ["", "| implicated | |", "|---|---|"]
+        out += [f"| nodes | {nodes or '-'} |", f"| ranks | {_ranks(imp.get('ranks') or []) or '-'} |", f"| GPUs | {gpus or '-'} |"]
     if report.alternatives:
-        out += ["", "Alternatives: " + ", ".join(f"`{a['cause']}` {a['probability']:.2f}" for a in report.alternatives)]
+        out += ["", "Alternatives: " + ", ".join(f"{md_code(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives if isinstance(a, dict))]
     ff = report.first_failure
-    if ff:
-        out += ["", "## First failure", "", f"{ff.get('time')} on {ff.get('node')} rank {ff.get('rank')} ({ff.get('source')}):", "", "```", ff.get("message", ""), "```"]
-        if ff.get("file"):
-            out.append(f"at `{_loc(ff)}`")
+    if isinstance(ff, dict) and ff:
+        where = _where(ff.get("node"), ff.get("rank"))
+        src = f" ({md_text(ff.get('source'))})" if _known(ff.get("source")) else ""
+        out += ["", "## First failure", "", f"{md_text(_time(ff.get('time')) or 'time unknown')}{' on ' + md_text(where) if where else ''}{src}:", ""]
+        out += md_fence(ff.get("message"), FULL_MESSAGE)
+        loc = _loc(ff.get("file"), ff.get("line"))
+        if loc:
+            out.append(f"at {md_code(loc)}")
     if report.evidence:
         out += ["", "## Evidence", "", "| time (UTC) | node | rank | rule | file:line | line |", "|---|---|---|---|---|---|"]
         for e in report.evidence[:25]:
-            msg = e.message[:160].replace("|", "\\|")
-            out.append(f"| {e.time or ''} | {e.node or ''} | {'' if e.rank is None else e.rank} | {e.rule} ({e.role}) | `{e.file}:{e.line}` | {msg} |")
+            rank = "" if e.rank is None else md_text(e.rank)
+            out.append(f"| {md_text(_time(e.time))} | {md_text(e.node)} | {rank} | {md_text(e.rule)} ({md_text(e.role)}) | {md_code(_loc(e.file, e.line), table=True)} | {md_code(e.message, 160, table=True)} |")
     if report.symptoms:
         out += ["", "## Collapsed symptoms", ""]
         for s in report.symptoms[:8]:
-            miss = f"; not reported by ranks {_ranks(s['missing_ranks'])}" if s.get("missing_ranks") else ""
-            out.append(f"- {s['count']}x on {s['n_ranks']} ranks: {s['kind']} `{s['first']['message'][:120]}` (first `{s['first']['file']}:{s['first']['line']}`){miss}")
+            if not isinstance(s, dict):
+                continue
+            first = s.get("first") if isinstance(s.get("first"), dict) else {}
+            on = _symptom_on(s)
+            miss = _ranks(s.get("missing_ranks") or [])
+            loc = _loc(first.get("file"), first.get("line"))
+            out.append(f"- {md_text(s.get('count'))}x {md_text(s.get('kind'))}{' ' + on if on else ''}: {md_code(first.get('message'), 120)}"
+                       + (f" (first {md_code(loc)})" if loc else "") + (f"; not reported by ranks {miss}" if miss else ""))
+    if report.co_occurring:
+        out += ["", "## Also seen in the correlation window", ""]
+        for c in report.co_occurring:
+            if not isinstance(c, dict):
+                continue
+            nodes = ", ".join(md_text(n) for n in c.get("nodes") or [] if _known(n))
+            loc = _loc(c.get("file"), c.get("line"))
+            out.append(f"- {md_code(c.get('cause'))}: {md_text(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({md_code(loc)})" if loc else ""))
     if report.actions:
-        out += ["", "## Recommended actions", ""] + [f"- {a}" for a in report.actions]
+        out += ["", "## Recommended actions", ""] + [f"- {md_text(a, 1000)}" for a in report.actions]
     if report.missing:
-        out += ["", "## Missing data", ""] + [f"- {m}" for m in report.missing]
+        out += ["", "## Missing data", ""] + [f"- {md_text(m, 1000)}" for m in report.missing]
     if report.warnings:
-        out += ["", f"## Warnings ({len(report.warnings)})", ""] + [f"- {w}" for w in report.warnings[:30]]
+        out += ["", f"## Warnings ({len(report.warnings)})", ""] + [f"- {md_text(w, 1000)}" for w in report.warnings[:30]]
     return "\n".join(out) + "\n"
+
+
+# --- registry ------------------------------------------------------------------------------
+
+Renderer = Callable[..., str]
+
+RENDERERS: dict[str, Renderer] = {
+    "terminal": render_terminal,
+    "json": render_json,
+    "markdown": render_markdown,
+}
+# Output file suffix -> view; "html" is reserved for the planned HTML view.
+SUFFIXES: dict[str, str] = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".txt": "terminal", ".text": "terminal"}
+RESERVED: dict[str, str] = {".html": "html", ".htm": "html"}
+
+
+class UnknownView(ValueError):
+    """No view for the requested name or output suffix."""
+
+
+def renderer_for(name: str | None = None, output: str | None = None) -> tuple[str, Renderer]:
+    """The view named ``name`` (``--format``), else the one the output file's suffix names,
+    else the terminal view. Raises :class:`UnknownView` for an unknown name or a suffix of a
+    view that does not exist yet (``.html``)."""
+    if name is None and output is not None:
+        import os
+
+        suffix = os.path.splitext(str(output))[1].lower()
+        if suffix in RESERVED:
+            raise UnknownView(f"the {RESERVED[suffix]} view is not available yet; write .json, .md or .txt, or pass --format")
+        name = SUFFIXES.get(suffix, "terminal")
+    name = name or "terminal"
+    if name in RESERVED.values():
+        raise UnknownView(f"the {name} view is not available yet; use one of {', '.join(RENDERERS)}")
+    if name not in RENDERERS:
+        raise UnknownView(f"unknown view {name!r}; use one of {', '.join(RENDERERS)}")
+    return name, RENDERERS[name]
