@@ -70,6 +70,11 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         log.exception("rule evaluation failed")
         report.warnings.append(f"rule evaluation failed ({type(exc).__name__}: {exc}); verdict from the timeline only")
         findings = []
+    from crashscope.analyses import run_analyses
+
+    found, analysis_warnings = run_analyses(ev, tl.world_size)
+    findings = findings + found
+    report.warnings.extend(analysis_warnings)
     deciding = [f for f in findings if f.status == "stable"]
     outcome = job_outcome(ev)
     symptoms = [f for f in deciding if f.role == "symptom"]
@@ -155,10 +160,13 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         # The first failure is the earliest in-window evidence of the verdict's cause (an
         # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
         hosts = set(report.implicated["nodes"])
+        ranks = set(report.implicated["ranks"])
         pool = [
             e for f in same for e in f.evidence
             if (e.time is None or _in_window(e.time, t_fail, before_s)) and (not hosts or e.host in hosts)
         ]
+        # The culprit's own line, when the finding names ranks (the odd rank of a mismatch).
+        pool = [e for e in pool if e.rank in ranks] or pool if ranks else pool
         first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
         if first is not None:
             report.first_failure = _first_failure(first)

@@ -476,7 +476,29 @@ def hot_gpu(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> DetectorRe
     return DetectorResult(rows)
 
 
-DETECTORS: dict[str, Detector] = {"slow_rank": slow_rank, "hot_gpu": hot_gpu}
+def odd_collective(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> DetectorResult | None:
+    """The ranks whose collective differs from what most ranks ran. Each mismatch report
+    says "Rank A is running <op>, but Rank B is running <op>" (attrs ``ranks``/``ops``);
+    every rank reports its own side, so a vote over all reports leaves the odd ones out.
+    Without ops to compare, every named rank stays a culprit."""
+    votes: dict[int, Counter[str]] = defaultdict(Counter)
+    for a in df["attrs"].drop_nulls().to_list():
+        d = _attrs({"attrs": a})
+        for r, op in zip(_int_list(d.get("ranks")), d.get("ops") or []):
+            votes[r][str(op)] += 1
+    op_of = {r: c.most_common(1)[0][0] for r, c in votes.items()}
+    if len(set(op_of.values())) < 2:
+        return DetectorResult(df.to_dicts())
+    tally = Counter(op_of.values())
+    top, n_top = tally.most_common(1)[0]
+    if list(tally.values()).count(n_top) > 1:
+        return DetectorResult(df.to_dicts())  # a tie names no side
+    odd = sorted(r for r, op in op_of.items() if op != top)
+    rows = sorted(df.to_dicts(), key=lambda r: (r["rank"] not in odd,))
+    return DetectorResult(rows, hosts=sorted({h for r in odd for h in ctx.rank_hosts.get(r, ())}), ranks=odd)
+
+
+DETECTORS: dict[str, Detector] = {"slow_rank": slow_rank, "hot_gpu": hot_gpu, "odd_collective": odd_collective}
 
 
 # --- inline examples ------------------------------------------------------------------------

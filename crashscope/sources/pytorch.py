@@ -92,7 +92,22 @@ _PREFILTER_PARTS = (
     r"saving checkpoint at iteration",
     r"saved checkpoint (?:from|at) iteration",
     r"elapsed time per iteration \(ms\)",
+    r"failed to pass monitoredBarrier",
+    r"Connection closed by peer",
+    r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
 )
+
+# --- peer failures as the survivors see them ------------------------------------------------
+# gloo (third_party/gloo/gloo/transport/tcp/pair.cc, unbound_buffer.cc) raises plain
+# RuntimeErrors on the ranks that were waiting for a peer: "Connection closed by peer" when
+# the peer process exited (crash, kill), "Timed out waiting ...ms" when it is alive but absent
+# (hung, stopped, cut off), "Read error ... Connection reset by peer" when the link broke.
+# With TORCH_DISTRIBUTED_DEBUG=DETAIL, rank 0's monitoredBarrier names the missing ranks.
+# They are symptoms that point at a peer, never a cause on the rank that prints them.
+_GLOO_TIMEOUT = regex.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete")
+_GLOO_CLOSED = regex.compile(r"Connection closed by peer(?: \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+))?")
+_GLOO_IO = regex.compile(r"(?P<what>Read|Write) error \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+): (?P<err>Connection reset by peer|Broken pipe|Connection timed out|No route to host)")
+_MONITORED_BARRIER = regex.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
 # --- line shapes ---------------------------------------------------------------------------
 _C10 = regex.compile(
@@ -150,7 +165,9 @@ _DESYNC_FINISHED = regex.compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(
 _DESYNC_HEADER = regex.compile(r"^\s*- To our best knowledge, the lagging/dead/mismatched ranks")
 
 _MISMATCH = regex.compile(r"Detected mismatch between collectives on ranks")
-_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?P<fp>CollectiveFingerPrint\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\))?")
+# The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
+# read its leading fields instead of matching its body.
+_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+))?")
 _FP_SEQ = regex.compile(r"SequenceNumber=(?P<seq>\d+)")
 _FP_OP = regex.compile(r"OpType=(?P<op>\w+)")
 
@@ -456,6 +473,8 @@ class _Parser:
             self._cuda_error(n, what, base)
             return
 
+        if sev in (None, Severity.ERROR, Severity.CRITICAL) and self._peer_failure(msg, base):
+            return
         # watchdog / c10d catalogue
         if "Watchdog caught collective operation timeout" in msg and "terminated with exception" not in msg:
             attrs = dict(pg)
@@ -608,8 +627,32 @@ class _Parser:
             attrs.update(device=dev, total_bytes=_size_bytes(dm.group("total")), free_bytes=_size_bytes(dm.group("free")))
         self.add(_Ev(Kind.CUDA_OOM, message=msg.strip(), severity=Severity.ERROR, attrs=attrs, gpu_index=dev, **base))
 
+    def _peer_failure(self, text: str, base: dict[str, Any]) -> bool:
+        """Emit the symptom a survivor's gloo/c10d error describes; True when it was one."""
+        short = text.strip()
+        if bm := _MONITORED_BARRIER.search(text):
+            lagging = [int(r) for r in regex.findall(r"\d+", bm.group("ranks"))]
+            self.add(_Ev(Kind.DESYNC_REPORT, message=short, severity=Severity.ERROR,
+                         attrs={"lagging_ranks": lagging, "via": "monitoredBarrier", "timeout_ms": int(bm.group("ms"))}, **base))
+            return True
+        if tm := _GLOO_TIMEOUT.search(text):
+            self.add(_Ev(Kind.COLLECTIVE_TIMEOUT, message=short, severity=Severity.ERROR,
+                         attrs={"transport": "gloo", "wait": tm.group("op"), "timeout_ms": int(tm.group("ms"))}, **base))
+            return True
+        cm = _GLOO_CLOSED.search(text)
+        im = None if cm else _GLOO_IO.search(text)
+        if cm or im:
+            m = cm or im
+            attrs: dict[str, Any] = {"transport": "gloo", "status": "closed" if cm else m.group("err"), "role": "peer"}
+            if m.group("peer"):
+                attrs["peer"] = f"{m.group('peer')}:{m.group('port')}"
+            self.add(_Ev(Kind.NETWORK_ERROR, message=short, severity=Severity.ERROR, attrs=attrs, **base))
+            return True
+        return False
+
     def _exception_specials(self, n: int, typ: str, text: str, base: dict[str, Any]) -> None:
         line = f"{typ}: {text}"
+        self._peer_failure(text, base)
         if "CUDA out of memory" in text:
             self._oom(n, line, base)
         elif "CUDA error: " in text:

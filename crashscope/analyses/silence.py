@@ -1,0 +1,160 @@
+"""Who stopped first: the ranks that fell silent while their peers failed waiting for them.
+
+In a synchronous job every rank waits for every other in each collective. When one rank
+hangs (stopped, stuck in the kernel, its GPU wedged) or dies without a word (SIGKILL, a
+node that went away), the others report the loss: gloo's ``Timed out waiting ...ms`` (peer
+alive but absent) or ``Connection closed by peer`` (peer exited), NCCL's watchdog timeout,
+PyTorch's monitoredBarrier naming the ranks that did not arrive. The rank that stopped
+says nothing. So the suspects are the ranks that were seen in the logs and reported no
+failure of their own while at least one peer reported losing a peer; when every rank of
+one node is silent, the node is the suspect. The verdict weighs this like a rule finding,
+below the 0.8 line: silence tells where, not why (kernel log, GPU and I/O data tell why).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import polars as pl
+
+from crashscope.engine.model import Evidence, Finding
+from crashscope.schema import Kind
+
+RULE_ID = "silent-ranks"
+RANK_WEIGHT = 0.5  # one rank silent among reporting peers on its node
+NODE_WEIGHT = 0.6  # every rank of a node silent while other nodes report
+NAMED_WEIGHT = 0.55  # named by rank 0's monitoredBarrier / desync report
+MAX_EVIDENCE = 10
+
+# What a survivor prints when it lost a peer: the trigger of this analysis.
+PEER_LOSS_KINDS = (
+    Kind.COLLECTIVE_TIMEOUT.value,
+    Kind.NETWORK_ERROR.value,
+    Kind.WATCHDOG_ERROR.value,
+    Kind.DESYNC_REPORT.value,
+    Kind.HEARTBEAT_TIMEOUT.value,
+    Kind.NCCL_ERROR.value,
+)
+# Lines that are about a rank but not written by it (the launcher, the scheduler).
+NOT_OWN_KINDS = (
+    Kind.PROCESS_EXIT.value,
+    Kind.SIGNAL.value,
+    Kind.ROOT_CAUSE_REPORT.value,
+    Kind.JOB_CANCEL.value,
+    Kind.JOB_STATE.value,
+    Kind.JOB_STEP.value,
+    Kind.NODE_STATE.value,
+)
+NOT_OWN_SOURCES = ("slurm", "sacct", "kernel", "versions", "nvidia_smi", "gpu_csv")
+BAD = ("error", "critical")
+
+
+def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    ev = events.filter(pl.col("rank").is_not_null())
+    if ev.height == 0:
+        return []
+    own = ev.filter(
+        ~pl.col("kind").cast(pl.String).is_in(NOT_OWN_KINDS) & ~pl.col("source").cast(pl.String).is_in(NOT_OWN_SOURCES)
+    )
+    bad = own.filter(pl.col("severity").cast(pl.String).is_in(BAD))
+    loss = bad.filter(pl.col("kind").cast(pl.String).is_in(PEER_LOSS_KINDS))
+    if loss.height == 0:
+        return []
+    seen = set(int(r) for r in own["rank"].unique().to_list())
+    reporters = set(int(r) for r in bad["rank"].unique().to_list())
+    named = _named_lagging(loss)
+    silent = sorted((seen - reporters) | named)
+    if not silent or len(silent) > max(1, len(seen | named) // 2) or not (reporters - set(silent)):
+        return []
+    host_of = _host_of(ev)
+    last = _last_own_event(own, silent)
+    # A rank named by the barrier but absent from the logs: the naming line is the evidence.
+    naming = loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
+    for r in silent:
+        if r not in last and naming.height:
+            row = dict(naming.row(0, named=True))
+            row["_named"] = r
+            last[r] = row
+    ranks_on: dict[str, set[int]] = defaultdict(set)
+    for r in seen:
+        if host_of.get(r):
+            ranks_on[host_of[r]].add(r)
+    # Whole nodes gone quiet (all their ranks silent, other nodes still talking).
+    dead_nodes = sorted(h for h, rs in ranks_on.items() if rs and rs <= set(silent) and len(ranks_on) > 1)
+    order = sorted(silent, key=lambda r: (last[r]["_t"] is None, last[r]["_t"] or 0, r))
+    peers = sorted(reporters - set(silent))
+    if dead_nodes:
+        ranks = sorted(r for h in dead_nodes for r in ranks_on[h])
+        hosts, weight = dead_nodes, NODE_WEIGHT
+        title = f"Every rank of {', '.join(dead_nodes)} fell silent while the ranks of other nodes reported losing them"
+    else:
+        first = order[0]
+        ranks = sorted(r for r in order if last[r]["_t"] == last[first]["_t"]) if last[first]["_t"] is not None else [first]
+        hosts = sorted({host_of[r] for r in ranks if host_of.get(r)})
+        weight = NAMED_WEIGHT if set(ranks) & named else RANK_WEIGHT
+        title = f"Rank {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed waiting for it"
+    rows = [last[r] for r in order if r in ranks] + [last[r] for r in order if r not in ranks]
+    evidence = tuple(_evidence(r) for r in rows[:MAX_EVIDENCE])
+    times = [r["_t"] for r in rows if r["_t"] is not None and r["rank"] in ranks]
+    explanation = (
+        "The silent ranks' own logs end with no error while their peers report a lost peer "
+        "(timeouts, connection closed, ranks missing from a barrier): the silent ranks stopped "
+        "first (hung, stopped, or killed with their node). Silence says where, not why: read "
+        "their node's kernel log (Xid, hung tasks, NFS, OOM killer) and the scheduler's record."
+    )
+    return [
+        Finding(
+            rule_id=RULE_ID, title=title, cause="node_failure", role="cause", status="stable", weight=weight,
+            first_time=min(times) if times else None, count=len(silent), hosts=tuple(hosts), ranks=tuple(ranks),
+            gpus=(), evidence=evidence, explanation=explanation,
+            actions=(
+                "Look at the silent ranks' node: kernel log (dmesg/journal) around the evidence time, `sinfo -R`, the GPU (nvidia-smi -q), and whether the processes were killed (sacct, srun/torchrun exit lines).",
+                "Drain and check that node before retrying the job on it.",
+            ),
+        )
+    ]
+
+
+def _named_lagging(loss: pl.DataFrame) -> set[int]:
+    """Ranks named by a monitoredBarrier / desync report as not having arrived."""
+    d = loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value)
+    out: set[int] = set()
+    for a in d["attrs"].drop_nulls().to_list():
+        for r in _attrs(a).get("lagging_ranks") or []:
+            if isinstance(r, int) and 0 <= r < 10_000_000:
+                out.add(r)
+    return out
+
+
+def _host_of(ev: pl.DataFrame) -> dict[int, str]:
+    m: dict[int, Counter[str]] = defaultdict(Counter)
+    for r, h in ev.filter(pl.col("host").is_not_null()).select("rank", "host").iter_rows():
+        m[int(r)][h] += 1
+    return {r: c.most_common(1)[0][0] for r, c in m.items()}
+
+
+def _last_own_event(own: pl.DataFrame, ranks: list[int]) -> dict[int, dict[str, Any]]:
+    d = (
+        own.filter(pl.col("rank").is_in(ranks))
+        .with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
+        .sort(["_t", "line"], nulls_last=False)
+    )
+    return {int(row["rank"]): row for row in d.group_by("rank", maintain_order=True).last().iter_rows(named=True)}
+
+
+def _evidence(r: dict[str, Any]) -> Evidence:
+    return Evidence(
+        time=r["_t"], host=r["host"], rank=r["rank"], gpu=r["gpu"], gpu_index=r["gpu_index"], file=r["file"] or "",
+        line=r["line"], source=str(r["source"]), kind=str(r["kind"]), message=r["message"] or "",
+    )
+
+
+def _attrs(a: str | None) -> dict[str, Any]:
+    import json
+
+    try:
+        d = json.loads(a or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
