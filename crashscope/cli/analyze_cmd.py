@@ -1,251 +1,441 @@
-"""`crashscope analyze`, `crashscope timeline` and `crashscope sources`."""
+"""`crashscope analyze`, `crashscope timeline` and `crashscope sources`.
+
+Every option is validated BEFORE the analysis (time zone, sources, filters, the output
+file), so a typo costs a second, not the minutes of a large job; errors are
+:class:`crashscope.errors.CrashscopeError` (one line, exit 2).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+
+from crashscope.errors import EXIT_NOTHING_READABLE, InputError, UsageError
 
 
 class Format(str, Enum):
     terminal = "terminal"
     json = "json"
     markdown = "markdown"
+    html = "html"  # reserved for the planned HTML view: refused with a clear error
 
 
-def _parse_overrides(values: list[str] | None) -> dict[str, str]:
-    out = {}
-    for v in values or []:
-        if "=" not in v:
-            raise typer.BadParameter(f"--source takes NAME=GLOB, got {v!r}")
-        name, glob = v.split("=", 1)
+FORMAT_HELP = "Output view: terminal, json, markdown (default: from the -o suffix .json/.md/.txt, else terminal)."
+TZ_HELP = "Time zone of local-time stamps (e.g. America/Chicago). Default: the job's, else UTC."
+RULES_HELP = "A site's own rules folder, loaded on top of the shipped rules (repeatable; also $CRASHSCOPE_RULES)."
+
+
+def _exit_help() -> str:
+    from crashscope.cli import EXIT_HELP
+
+    return EXIT_HELP
+
+
+# --- validation (before any analysis) ----------------------------------------------------
+
+
+def validate_tz(name: str | None, option: str = "--tz/--timezone") -> str | None:
+    """A zone both zoneinfo and polars accept (polars rejects e.g. ``Factory``,
+    ``posixrules``, ``localtime``, ``right/UTC`` that zoneinfo loads)."""
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(name)
+    except Exception:
+        raise UsageError(f"{option}: unknown time zone {name!r} (use an IANA name such as UTC or America/Chicago)") from None
+    try:
+        import polars as pl
+
+        pl.Series([0]).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(name)
+    except Exception:
+        raise UsageError(f"{option}: time zone {name!r} is not usable for timestamps (use an IANA name such as UTC or America/Chicago)") from None
+    return name
+
+
+def parse_overrides(values: list[str] | None) -> dict[str, str]:
+    """``--source NAME=GLOB`` values as ``{glob: name}``, every NAME a registered source."""
+    out: dict[str, str] = {}
+    if not values:
+        return out
+    from crashscope.sources import SOURCES
+
+    names = [s.name for s in SOURCES]
+    for v in values:
+        name, sep, glob = v.partition("=")
+        if not sep or not name or not glob:
+            raise UsageError(f"--source takes NAME=GLOB, got {v!r}")
+        if name not in names:
+            raise UsageError(f"--source: unknown source {name!r}; known: {', '.join(names)}")
         out[glob] = name
     return out
 
 
-def _check_dir(path: Path) -> None:
-    if not path.exists():
-        typer.echo(f"crashscope: {path}: no such file or directory", err=True)
-        raise typer.Exit(2)
+def check_input(path: Path) -> None:
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: no such file or directory")
+    if not os.path.exists(path):
+        raise InputError(f"{path}: broken symbolic link")
+
+
+def configure_rules(dirs: list[Path] | None) -> None:
+    """``--rules DIR`` (repeatable): check each is a folder, add them on top of the shipped set."""
+    from crashscope.engine.load import set_extra_rule_dirs
+
+    for d in dirs or []:
+        if not d.is_dir():
+            raise UsageError(f"--rules: {d} is not a folder")
+    set_extra_rule_dirs(list(dirs or []))
+
+
+def open_output(output: Path | None, never_inside: list[Path]) -> Any:
+    """The prepared :class:`SafeOutput` for ``-o`` (``None`` or ``-``: standard output)."""
+    if output is None or str(output) == "-":
+        return None
+    from crashscope.report.output import SafeOutput
+
+    return SafeOutput(output, never_inside=never_inside)
+
+
+def health_warnings() -> list[str]:
+    """Loud degradations: no or broken rules, a classifier that failed to load."""
+    from crashscope.health import component_warnings
+
+    return component_warnings()
+
+
+def _warn(messages: list[str]) -> None:
+    from crashscope.report.safe import escape_controls
+
+    for m in messages:
+        print(f"crashscope: warning: {escape_controls(m, 500)}", file=sys.stderr)
+
+
+def _emit(text: str, out: Any) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        out.write_text(text)
 
 
 class _Progress:
-    """A rich progress bar on a TTY for large directories; silent otherwise."""
+    """A rich progress bar on a TTY for large directories; silent otherwise. File names are
+    data: shown escaped, never as rich markup."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
-        self._progress = None
-        self._task = None
+        self._progress: Any = None
+        self._task: Any = None
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> "_Progress":
         if self.enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
-            self._progress = Progress(TextColumn("[dim]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} B"), TransferSpeedColumn(), transient=True)
+            self._progress = Progress(TextColumn("{task.description}", markup=False, style="dim"), BarColumn(),
+                                      TextColumn("{task.completed:,.0f} B", markup=False), TransferSpeedColumn(), transient=True)
             self._progress.start()
             self._task = self._progress.add_task("reading logs", total=None)
         return self
 
     def __call__(self, file: str, nbytes: int) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, advance=nbytes, description=file[-50:])
+            from crashscope.report.safe import escape_controls
 
-    def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            self._progress.update(self._task, advance=nbytes, description=escape_controls(file[-50:]))
+
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
 
 
+def _run_analysis(directory: Path, **kw: Any) -> Any:
+    try:
+        from crashscope.analyze import analyze as run
+    except ImportError as e:  # a source or stage module failed to import
+        from crashscope.errors import CrashscopeError, EXIT_INTERNAL
+
+        raise CrashscopeError(f"crashscope is broken: a module failed to import ({e}); reinstall it", exit_code=EXIT_INTERNAL) from None
+    return run(directory, **kw)
+
+
+def _nothing_readable(result: Any) -> bool:
+    return not result.files or all(f.kind == "unreadable" for f in result.files)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
+    epilog = _exit_help()
+
+    @app.command(epilog=epilog)
     def analyze(
-        directory: Path = typer.Argument(..., help="The failed job's log directory (or one file / tar archive)."),
-        format: Format = typer.Option(Format.terminal, "--format", "-f", help="Output view."),
-        tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of local-time stamps (e.g. America/Chicago). Default: the job's, else UTC."),
-        ranks: Optional[int] = typer.Option(None, "--ranks", help="Expected world size, when the logs do not say."),
-        source: Optional[list[str]] = typer.Option(None, "--source", help="Force a source for files: NAME=GLOB (repeatable)."),
+        directory: Path = typer.Argument(..., help="The failed job's log directory (or one file / tar archive).", show_default=False, metavar="DIRECTORY"),
+        format: Optional[Format] = typer.Option(None, "--format", "-f", help=FORMAT_HELP, show_default=False, metavar="VIEW"),
+        tz: Optional[str] = typer.Option(None, "--tz", "--timezone", help=TZ_HELP, metavar="ZONE"),
+        ranks: Optional[int] = typer.Option(None, "--ranks", min=1, metavar="N", help="Expected world size, when the logs do not say."),
+        source: Optional[list[str]] = typer.Option(None, "--source", metavar="NAME=GLOB", help="Force a source for files: NAME=GLOB (repeatable; `crashscope sources` lists the names)."),
+        rules: Optional[list[Path]] = typer.Option(None, "--rules", help=RULES_HELP, metavar="DIR"),
         experimental: bool = typer.Option(False, "--experimental", help="Also run experimental rules (they never decide the verdict)."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of standard output (never inside DIRECTORY)."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file (its suffix picks the view; never inside DIRECTORY). '-' is standard output."),
         fail_on_crash: bool = typer.Option(False, "--fail-on-crash", help="Exit 1 when a cause other than none is found."),
-        width: int = typer.Option(110, "--width", help="Terminal report width."),
+        width: Optional[int] = typer.Option(None, "--width", min=40, max=400, metavar="COLUMNS", help="Terminal view width (default: the terminal's, or $COLUMNS, else 100)."),
+        full: bool = typer.Option(False, "--full", help="Terminal view: every section in full (default: the verdict plus capped sections)."),
     ) -> None:
         """Attribute a failed job's crash to a cause, with evidence at file:line.
 
+        \b
         Example:
             crashscope analyze /scratch/jobs/123456/logs
             crashscope analyze logs.tar.gz --format json > report.json
+            crashscope analyze logs/ -o report.md
         """
-        from crashscope.analyze import analyze as run
-        from crashscope.report.render import render_json, render_markdown, render_terminal
+        from crashscope.report.render import UnknownView, clamp_width, renderer_for
 
-        _check_dir(directory)
-        _refuse_inside(output, directory)
-        with _Progress(format == Format.terminal) as progress:
-            report, _, result = run(directory, tz=tz, expected_ranks=ranks, overrides=_parse_overrides(source), progress=progress, include_experimental=experimental)
-        if format == Format.json:
-            text = render_json(report)
-        elif format == Format.markdown:
-            text = render_markdown(report)
-        else:
-            text = render_terminal(report, width=width, color=output is None and sys.stdout.isatty())
-        _write(text, output)
-        if not result.files or all(f.kind in ("unreadable",) for f in result.files):
-            raise typer.Exit(3)
+        check_input(directory)
+        validate_tz(tz)
+        overrides = parse_overrides(source)
+        configure_rules(rules)
+        try:
+            view, render = renderer_for(format.value if format else None, str(output) if output is not None and str(output) != "-" else None)
+        except UnknownView as e:
+            raise UsageError(str(e)) from None
+        out = open_output(output, [directory])
+        try:
+            with _Progress(view == "terminal" and out is None) as progress:
+                report, _, result = _run_analysis(directory, tz=tz, expected_ranks=ranks, overrides=overrides, progress=progress, include_experimental=experimental)
+            extra = health_warnings()
+            if extra:
+                _warn(extra)
+                report.warnings.extend(w for w in extra if w not in report.warnings)
+            if view == "terminal":
+                color = out is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+                text = render(report, width=clamp_width(width), color=color, full=full)
+            else:
+                text = render(report)
+            _emit(text, out)
+        finally:
+            if out is not None:
+                out.close()
+        if _nothing_readable(result):
+            raise typer.Exit(EXIT_NOTHING_READABLE)
         if fail_on_crash and report.cause != "none":
             raise typer.Exit(1)
 
-    @app.command()
+    @app.command(epilog=epilog)
     def timeline(
-        directory: Path = typer.Argument(..., help="The job's log directory."),
-        host: Optional[list[str]] = typer.Option(None, "--host", help="Only these hosts (repeatable)."),
-        rank: Optional[list[int]] = typer.Option(None, "--rank", help="Only these global ranks (repeatable)."),
-        kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only these event kinds (repeatable)."),
-        severity: Optional[str] = typer.Option(None, "--severity", help="Minimum severity: debug|info|warning|error|critical."),
-        since: Optional[str] = typer.Option(None, "--since", help="Start of the window (ISO 8601; UTC unless it has a zone)."),
-        until: Optional[str] = typer.Option(None, "--until", help="End of the window."),
-        around: Optional[str] = typer.Option(None, "--around", help="Center of a window (ISO 8601)."),
-        window: float = typer.Option(300.0, "--window", help="Half-width of --around in seconds."),
-        tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of local-time stamps."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Export to .parquet, .csv or .jsonl instead of printing."),
-        limit: int = typer.Option(200, "--limit", help="Rows to print (exports are not limited)."),
+        directory: Path = typer.Argument(..., help="The job's log directory.", show_default=False, metavar="DIRECTORY"),
+        host: Optional[list[str]] = typer.Option(None, "--host", metavar="HOST", help="Only these hosts (repeatable)."),
+        rank: Optional[list[int]] = typer.Option(None, "--rank", min=0, metavar="RANK", help="Only these global ranks (repeatable)."),
+        kind: Optional[list[str]] = typer.Option(None, "--kind", metavar="KIND", help="Only these event kinds (repeatable)."),
+        severity: Optional[str] = typer.Option(None, "--severity", metavar="LEVEL", help="Minimum severity: debug|info|warning|error|critical."),
+        since: Optional[str] = typer.Option(None, "--since", metavar="TIME", help="Start of the window (ISO 8601; UTC unless it has a zone)."),
+        until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="End of the window."),
+        around: Optional[str] = typer.Option(None, "--around", metavar="TIME", help="Center of a window (ISO 8601)."),
+        window: float = typer.Option(300.0, "--window", min=0.0, metavar="SECONDS", help="Half-width of --around in seconds."),
+        tz: Optional[str] = typer.Option(None, "--tz", "--timezone", help=TZ_HELP, metavar="ZONE"),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Export to .parquet, .csv or .jsonl instead of printing (never inside DIRECTORY)."),
+        limit: int = typer.Option(200, "--limit", min=0, metavar="N", help="Rows to print (exports are not limited)."),
+        width: Optional[int] = typer.Option(None, "--width", min=40, max=400, metavar="COLUMNS", help="Table width (default: the terminal's, or $COLUMNS, else 100)."),
     ) -> None:
         """Show or export the unified, clock-aligned timeline of every event.
 
+        \b
         Example:
             crashscope timeline logs/ --severity error --around 2026-09-14T08:12:44Z --window 60
             crashscope timeline logs/ --kind xid --kind network_error -o events.parquet
         """
-        import polars as pl
-
-        from crashscope.analyze import analyze as run
+        from crashscope.schema import Kind
         from crashscope.sources.base import iso_to_ns
         from crashscope.timeline import SEVERITY_ORDER
 
-        _check_dir(directory)
-        _refuse_inside(output, directory)
-        report, tl, _ = run(directory, tz=tz, use_classifier=False)
-        ev = tl.events
-        if host:
-            ev = ev.filter(pl.col("host").is_in(host))
-        if rank:
-            ev = ev.filter(pl.col("rank").is_in(rank))
-        if kind:
-            ev = ev.filter(pl.col("kind").cast(pl.String).is_in(kind))
-        if severity:
-            if severity not in SEVERITY_ORDER:
-                raise typer.BadParameter(f"--severity must be one of {', '.join(SEVERITY_ORDER)}")
-            keep = [s for s, v in SEVERITY_ORDER.items() if v >= SEVERITY_ORDER[severity]]
-            ev = ev.filter(pl.col("severity").cast(pl.String).is_in(keep))
-
-        def when(text: str) -> pl.Expr:
-            ns, _ = iso_to_ns(text)
-            if ns is None:
-                raise typer.BadParameter(f"not an ISO 8601 time: {text!r}")
-            return pl.lit(ns).cast(pl.Datetime("ns", "UTC"))
-
-        if around:
-            ns, _ = iso_to_ns(around)
-            if ns is None:
-                raise typer.BadParameter(f"not an ISO 8601 time: {around!r}")
-            lo, hi = ns - int(window * 1e9), ns + int(window * 1e9)
-            ev = ev.filter(pl.col("time").is_between(pl.lit(lo).cast(pl.Datetime("ns", "UTC")), pl.lit(hi).cast(pl.Datetime("ns", "UTC"))))
-        if since:
-            ev = ev.filter(pl.col("time") >= when(since))
-        if until:
-            ev = ev.filter(pl.col("time") <= when(until))
+        check_input(directory)
+        validate_tz(tz)
+        kinds = [k.value for k in Kind]
+        for k in kind or []:
+            if k not in kinds:
+                raise UsageError(f"--kind: unknown event kind {k!r}; known: {', '.join(kinds)}")
+        if severity is not None and severity not in SEVERITY_ORDER:
+            raise UsageError(f"--severity must be one of {', '.join(SEVERITY_ORDER)}, got {severity!r}")
+        stamps: dict[str, int] = {}
+        for opt, text in (("--since", since), ("--until", until), ("--around", around)):
+            if text is not None:
+                ns, _ = iso_to_ns(text)
+                if ns is None:
+                    raise UsageError(f"{opt}: not an ISO 8601 time: {text!r}")
+                stamps[opt] = ns
+        export = None
         if output is not None:
-            suffix = output.suffix.lower()
-            if suffix == ".parquet":
-                ev.write_parquet(output)
-            elif suffix == ".csv":
-                ev.write_csv(output)
-            elif suffix in (".jsonl", ".ndjson"):
-                ev.write_ndjson(output)
-            else:
-                raise typer.BadParameter("--output must end in .parquet, .csv or .jsonl")
-            typer.echo(f"wrote {ev.height} events to {output}", err=True)
-            return
-        from rich.console import Console
-        from rich.table import Table
+            export = output.suffix.lower()
+            if export not in (".parquet", ".csv", ".jsonl", ".ndjson"):
+                raise UsageError(f"--output must end in .parquet, .csv or .jsonl, got {output.name!r}")
+        out = open_output(output, [directory])
+        try:
+            import polars as pl
 
-        t = Table(show_lines=False, expand=True)
-        for c in ("time (UTC)", "q", "host", "rank", "kind", "sev", "message", "file:line"):
-            t.add_column(c, overflow="fold")
-        for r in ev.head(limit).iter_rows(named=True):
-            ts = r["time"].strftime("%Y-%m-%d %H:%M:%S.%f")[:23] if r["time"] else "?"
-            t.add_row(ts, str(r["time_quality"])[0], r["host"] or "", "" if r["rank"] is None else str(r["rank"]), str(r["kind"]), str(r["severity"]), (r["message"] or "")[:160], f"{r['file']}:{r['line']}")
-        con = Console(width=160 if not sys.stdout.isatty() else None)
-        con.print(t)
-        if ev.height > limit:
-            con.print(f"[dim]{ev.height - limit} more events (use --limit or --output)[/dim]")
+            _, tl, _ = _run_analysis(directory, tz=tz, use_classifier=False)
+            ev = tl.events
+            if host:
+                known = set(ev["host"].drop_nulls().unique().to_list()) | set(tl.hosts)
+                unknown = [h for h in host if h not in known]
+                if unknown:
+                    from crashscope.report.safe import escape_controls
 
-    @app.command()
+                    shown = ", ".join(escape_controls(h, 60) for h in sorted(known)[:20]) or "none"
+                    raise UsageError(f"--host: no host {escape_controls(unknown[0], 80)!r} in this job (hosts: {shown})")
+                ev = ev.filter(pl.col("host").is_in(host))
+            if rank:
+                ev = ev.filter(pl.col("rank").is_in(rank))
+            if kind:
+                ev = ev.filter(pl.col("kind").cast(pl.String).is_in(kind))
+            if severity:
+                keep = [s for s, v in SEVERITY_ORDER.items() if v >= SEVERITY_ORDER[severity]]
+                ev = ev.filter(pl.col("severity").cast(pl.String).is_in(keep))
+
+            def at(ns: int) -> pl.Expr:
+                return pl.lit(ns).cast(pl.Datetime("ns", "UTC"))
+
+            if "--around" in stamps:
+                ns, half = stamps["--around"], int(window * 1e9)
+                ev = ev.filter(pl.col("time").is_between(at(ns - half), at(ns + half)))
+            if "--since" in stamps:
+                ev = ev.filter(pl.col("time") >= at(stamps["--since"]))
+            if "--until" in stamps:
+                ev = ev.filter(pl.col("time") <= at(stamps["--until"]))
+            if out is not None:
+                frame = ev
+                if export == ".parquet":
+                    out.write_with(frame.write_parquet)
+                elif export == ".csv":
+                    out.write_with(frame.write_csv)
+                else:
+                    out.write_with(frame.write_ndjson)
+                typer.echo(f"wrote {ev.height} events to {output}", err=True)
+                return
+            sys.stdout.write(_timeline_table(ev, limit, width))
+        finally:
+            if out is not None:
+                out.close()
+
+    @app.command(epilog=epilog)
     def sources(
-        directory: Optional[Path] = typer.Argument(None, help="If given: which files each source claimed, with what confidence."),
-        format: Format = typer.Option(Format.terminal, "--format", "-f"),
+        directory: Optional[Path] = typer.Argument(None, help="If given: which files each source claimed, with what confidence.", show_default=False, metavar="[DIRECTORY]"),
+        format: Optional[Format] = typer.Option(None, "--format", "-f", help=FORMAT_HELP, show_default=False, metavar="VIEW"),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to this file (its suffix picks the view) instead of standard output."),
+        width: Optional[int] = typer.Option(None, "--width", min=40, max=400, metavar="COLUMNS", help="Table width (default: the terminal's)."),
     ) -> None:
         """List the known input sources, or which source claimed each file of a directory.
 
+        \b
         Example:
             crashscope sources
             crashscope sources /scratch/jobs/123456/logs --format json
+            crashscope sources /scratch/jobs/123456/logs -o claims.md
         """
-        import json
-        from dataclasses import asdict
+        from crashscope.report.render import UnknownView, renderer_for
 
-        from rich.console import Console
-        from rich.table import Table
+        try:
+            view, _ = renderer_for(format.value if format else None, str(output) if output is not None and str(output) != "-" else None)
+        except UnknownView as e:
+            raise UsageError(str(e)) from None
+        if directory is not None:
+            check_input(directory)
+        out = open_output(output, [directory] if directory is not None else [])
+        try:
+            _emit(_sources_text(directory, view, width), out)
+        finally:
+            if out is not None:
+                out.close()
 
-        from crashscope.sources import SOURCES
 
-        con = Console(width=140 if not sys.stdout.isatty() else None)
-        if directory is None:
-            if format == Format.json:
-                typer.echo(json.dumps([{"name": s.name, "description": s.description, "filename_hints": list(s.filename_hints)} for s in SOURCES], indent=2))
-                return
-            t = Table(title="crashscope sources")
-            t.add_column("name")
-            t.add_column("reads")
-            t.add_column("name hints")
-            for s in SOURCES:
-                t.add_row(s.name, s.description, " ".join(s.filename_hints))
-            con.print(t)
-            return
-        _check_dir(directory)
-        from crashscope.ingest import ingest
+# --- views of the timeline and the source claims --------------------------------------------
 
-        result = ingest(directory)
-        if format == Format.json:
-            typer.echo(json.dumps({"files": [asdict(f) for f in result.files], "warnings": result.warnings}, indent=2))
-            return
-        t = Table(title=f"files under {directory}")
-        for c in ("file", "source", "confidence", "runner-up", "events", "lines", "warnings", "note"):
-            t.add_column(c, overflow="fold")
-        for f in result.files:
-            ru = f"{f.runner_up} {f.runner_up_confidence:.2f}" if f.runner_up else ""
-            t.add_row(f.file, f.kind, f"{f.confidence:.2f}", ru, str(f.events), str(f.lines), str(f.warnings), f.note or "")
+
+def _console(width: int | None) -> Any:
+    import io
+
+    from rich.console import Console
+
+    from crashscope.report.render import clamp_width
+
+    buf = io.StringIO()
+    return buf, Console(file=buf, width=clamp_width(width), color_system=None, markup=False, highlight=False, emoji=False)
+
+
+def _timeline_table(ev: Any, limit: int, width: int | None) -> str:
+    from rich.table import Table
+    from rich.text import Text
+
+    from crashscope.report.safe import escape_controls as esc
+
+    buf, con = _console(width)
+    t = Table(show_lines=False, expand=True)
+    for c in ("time (UTC)", "quality", "host", "rank", "kind", "severity", "message", "file:line"):
+        t.add_column(c, overflow="fold")
+    for r in ev.head(limit).iter_rows(named=True):
+        ts = r["time"].strftime("%Y-%m-%d %H:%M:%S.%f")[:23] if r["time"] else ""
+        loc = f"{esc(r['file'])}:{r['line']}" if r["line"] else esc(r["file"])
+        cells = [ts, esc(r["time_quality"]), esc(r["host"]), "" if r["rank"] is None else str(r["rank"]), esc(r["kind"]), esc(r["severity"]), esc(r["message"], 160), loc]
+        t.add_row(*(Text(c) for c in cells))
+    con.print(t)
+    if ev.height > limit:
+        con.print(Text(f"{ev.height - limit} more events (use --limit or --output)"))
+    return buf.getvalue()
+
+
+def _sources_text(directory: Path | None, view: str, width: int | None) -> str:
+    import json
+    from dataclasses import asdict
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from crashscope.report.safe import escape_controls as esc
+    from crashscope.report.safe import json_text, md_code, md_text
+    from crashscope.sources import SOURCES
+
+    if directory is None:
+        rows = [{"name": s.name, "description": s.description, "filename_hints": list(s.filename_hints)} for s in SOURCES]
+        if view == "json":
+            return json_text(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n"
+        if view == "markdown":
+            lines = ["# crashscope sources", "", "| name | reads | name hints |", "|---|---|---|"]
+            lines += [f"| {md_text(r['name'])} | {md_text(r['description'])} | {' '.join(md_code(h, table=True) for h in r['filename_hints'])} |" for r in rows]
+            return "\n".join(lines) + "\n"
+        buf, con = _console(width)
+        t = Table(title="crashscope sources")
+        for c in ("name", "reads", "name hints"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(Text(esc(r["name"])), Text(esc(r["description"])), Text(esc(" ".join(r["filename_hints"]))))
         con.print(t)
-        for w in result.warnings[:30]:
-            con.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
+        return buf.getvalue()
+    from crashscope.ingest import ingest
 
-
-def _refuse_inside(output: Path | None, directory: Path) -> None:
-    """Never write into the directory being analysed (it is the user's evidence)."""
-    if output is None:
-        return
-    import os
-
-    out = os.path.realpath(output)
-    src = os.path.realpath(directory)
-    if os.path.isdir(src) and os.path.commonpath([out, src]) == src:
-        typer.echo(f"crashscope: refusing to write {output} inside the analysed directory {directory}", err=True)
-        raise typer.Exit(2)
-
-
-def _write(text: str, output: Path | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        output.write_text(text)
+    result = ingest(directory)
+    if view == "json":
+        return json_text(json.dumps({"files": [asdict(f) for f in result.files], "warnings": result.warnings}, indent=2, ensure_ascii=False)) + "\n"
+    if view == "markdown":
+        lines = [f"# Files under {md_code(str(directory))}", "", "| file | source | confidence | runner-up | events | lines | warnings | note |", "|---|---|---|---|---|---|---|---|"]
+        for f in result.files:
+            ru = f"{md_text(f.runner_up)} {f.runner_up_confidence:.2f}" if f.runner_up else ""
+            lines.append(f"| {md_code(f.file, table=True)} | {md_text(f.kind)} | {f.confidence:.2f} | {ru} | {f.events} | {f.lines} | {f.warnings} | {md_text(f.note or '')} |")
+        if result.warnings:
+            lines += ["", f"## Warnings ({len(result.warnings)})", ""] + [f"- {md_text(w, 1000)}" for w in result.warnings[:100]]
+        return "\n".join(lines) + "\n"
+    buf, con = _console(width)
+    t = Table(title=Text(f"files under {esc(str(directory))}"))
+    for c in ("file", "source", "confidence", "runner-up", "events", "lines", "warnings", "note"):
+        t.add_column(c, overflow="fold")
+    for f in result.files:
+        ru = f"{esc(f.runner_up)} {f.runner_up_confidence:.2f}" if f.runner_up else ""
+        cells = [esc(f.file), esc(f.kind), f"{f.confidence:.2f}", ru, str(f.events), str(f.lines), str(f.warnings), esc(f.note or "")]
+        t.add_row(*(Text(c) for c in cells))
+    con.print(t)
+    for w in result.warnings[:30]:
+        con.print(Text("warning ") + Text(esc(w, 1000)))
+    return buf.getvalue()

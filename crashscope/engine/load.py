@@ -6,7 +6,13 @@ with ``_``), keeps the line of every key for ``path:line`` messages, checks the 
 strictly (unknown keys, types, enums) and returns the rules that parsed together with the
 issues found. ``strict=True`` raises :class:`RuleError` on the first error instead.
 
-The rules folder is ``$CRASHSCOPE_RULES`` if set, else ``rules/`` at the repository root.
+Where rules come from (:func:`rule_dirs`): the shipped rules first -- ``rules/`` of the
+repository in a checkout, else the package data ``crashscope._rules`` of the installed wheel
+(the same ``rules/`` folder, mapped by ``setup.py``), read with :mod:`importlib.resources` --
+then a site's own folders, on top: ``$CRASHSCOPE_RULES`` (``os.pathsep``-separated) and
+``--rules DIR`` (:func:`set_extra_rule_dirs`). A site rule with a shipped rule's ``id``
+replaces it. :func:`rule_set_warnings` says, in words for the report and stderr, when the
+rule set is missing, empty or partly broken.
 """
 
 from __future__ import annotations
@@ -37,7 +43,29 @@ from crashscope.engine.model import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_RULES_DIR = REPO_ROOT / "rules"
+SHIPPED_PACKAGE = "crashscope._rules"
+
+
+def _shipped_rules_dir() -> Path:
+    """``rules/`` of the checkout this package runs from, else the installed package data."""
+    checkout = REPO_ROOT / "rules"
+    if checkout.is_dir() and (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "crashscope").is_dir():
+        return checkout
+    try:
+        from importlib.resources import files
+
+        root = files(SHIPPED_PACKAGE)
+        paths = getattr(root, "_paths", None)  # a namespace package: MultiplexedPath
+        path = Path(str(paths[0] if paths else root))
+        if path.is_dir():
+            return path
+    except (ImportError, TypeError, ValueError, OSError, IndexError):
+        pass
+    return checkout  # missing: load_rules reports it
+
+
+DEFAULT_RULES_DIR = _shipped_rules_dir()
+_EXTRA_DIRS: list[Path] = []
 
 # Fixed order (Sigma): a validator warns when a file departs from it.
 FIELD_ORDER: tuple[str, ...] = (
@@ -72,16 +100,56 @@ class RuleSet:
     issues: list[Issue] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     root: Path = DEFAULT_RULES_DIR
+    roots: list[Path] = field(default_factory=list)
+    overridden: list[str] = field(default_factory=list)  # shipped rules a site rule replaced
 
     def by_id(self) -> dict[str, Rule]:
         return {r.id: r for r in self.rules}
 
 
+def rule_set_warnings(rs: RuleSet | None = None) -> list[str]:
+    """What is wrong with the rule set, as report warnings (empty when all is well): no
+    rules at all (every verdict would be ``unknown``), a folder that is missing, files that
+    failed to load. Default: the set ``load_rules()`` reads now."""
+    rs = rs if rs is not None else load_rules()
+    out = []
+    for i in rs.issues:
+        if i.check == "load" and i.message == "rules folder not found":
+            out.append(f"rules folder {i.path} not found")
+    if not rs.rules:
+        where = ", ".join(str(r) for r in (rs.roots or [rs.root]))
+        out.append(f"no detection rules loaded (looked in {where}): every verdict will be unknown; reinstall crashscope or pass --rules DIR")
+    broken = sorted({i.path for i in rs.issues if i.severity == "error" and i.check != "load"})
+    if broken:
+        out.append(f"{len(broken)} rule file(s) failed to load and were skipped: {', '.join(broken[:5])}{' ...' if len(broken) > 5 else ''} (crashscope rules check)")
+    return out
+
+
 def rules_dir(root: str | Path | None = None) -> Path:
-    if root is not None:
-        return Path(root)
-    env = os.environ.get("CRASHSCOPE_RULES")
-    return Path(env) if env else DEFAULT_RULES_DIR
+    """``root`` if given, else the shipped rules folder."""
+    return Path(root) if root is not None else DEFAULT_RULES_DIR
+
+
+def set_extra_rule_dirs(dirs: list[str | Path] | None) -> None:
+    """A site's own rule folders (``--rules DIR``), loaded on top of the shipped rules by
+    ``load_rules()`` without a root; clears the engine's cached default rule set."""
+    _EXTRA_DIRS[:] = [Path(d) for d in dirs or []]
+    try:
+        from crashscope.engine.evaluate import default_rules
+
+        default_rules.cache_clear()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def rule_dirs() -> list[Path]:
+    """Every folder ``load_rules()`` reads, in order: shipped, ``$CRASHSCOPE_RULES``, ``--rules``."""
+    env = [Path(p) for p in os.environ.get("CRASHSCOPE_RULES", "").split(os.pathsep) if p.strip()]
+    out: list[Path] = []
+    for d in [DEFAULT_RULES_DIR, *env, *_EXTRA_DIRS]:
+        if d not in out:
+            out.append(d)
+    return out
 
 
 def discover(root: str | Path | None = None) -> list[Path]:
@@ -105,15 +173,24 @@ def load_rules(root: str | Path | None = None, *, strict: bool = False) -> RuleS
     Returns:
         The parsed rules (files with structural errors are left out) and the issues found.
     """
-    base = rules_dir(root)
-    rs = RuleSet(root=base)
-    if not base.exists():
-        rs.issues.append(Issue(str(base), 1, None, "load", "error", "rules folder not found", "pass --rules DIR"))
-    for path in discover(base):
-        rs.files.append(path)
-        rule, issues = load_file(path, base)
-        rs.issues.extend(issues)
-        if rule is not None:
+    bases = [Path(root)] if root is not None else rule_dirs()
+    rs = RuleSet(root=bases[0], roots=bases)
+    by_id: dict[str, int] = {}
+    for base in bases:
+        if not base.exists():
+            rs.issues.append(Issue(str(base), 1, None, "load", "error", "rules folder not found", "pass --rules DIR"))
+        for path in discover(base):
+            rs.files.append(path)
+            rule, issues = load_file(path, base)
+            rs.issues.extend(issues)
+            if rule is None:
+                continue
+            if rule.id in by_id and base != bases[0] and root is None:
+                # A site rule replaces the shipped (or an earlier site) rule with its id.
+                rs.overridden.append(rs.rules[by_id[rule.id]].path)
+                rs.rules[by_id[rule.id]] = rule
+                continue
+            by_id.setdefault(rule.id, len(rs.rules))
             rs.rules.append(rule)
     if strict:
         for issue in rs.issues:
