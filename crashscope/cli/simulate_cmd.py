@@ -9,8 +9,30 @@ from typing import List, Optional
 import typer
 
 
+def _check_out(out: Path, *, force: bool, error: type[Exception]) -> None:
+    """OUT must be a new or empty directory we can write (``--force``: any directory), so two
+    simulated jobs are never mixed in one directory."""
+    import os
+
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise error(f"cannot write {out}: it exists and is not a directory")
+        if not force and any(out.iterdir()):
+            raise error(f"{out} is not empty: choose a new directory, or pass --force to write into it anyway")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise error(f"cannot write {out}: permission denied")
+        return
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise error(f"cannot write {out}: {parent} is not a directory" if parent.exists() else f"cannot write {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise error(f"cannot write {out}: permission denied in {parent}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("simulate")
+    from crashscope.cli import EXIT_HELP
+
+    @app.command("simulate", epilog=EXIT_HELP)
     def simulate_cmd(
         out: Path = typer.Argument(..., help="directory to write (created); with --corpus, the corpus root"),
         cause: str = typer.Option("fabric_timeout", "--cause", help="taxonomy label except 'unknown'; 'none' = healthy run"),
@@ -26,6 +48,7 @@ def register(app: typer.Typer) -> None:
         timezone: Optional[str] = typer.Option(None, "--timezone", help="node-local time zone, e.g. America/Chicago"),
         timeout_ms: Optional[int] = typer.Option(None, "--timeout-ms", help="PyTorch NCCL collective timeout"),
         corpus: bool = typer.Option(False, "--corpus", help="regenerate the fixture corpus into OUT (ignores the other options)"),
+        force: bool = typer.Option(False, "--force", help="write into OUT even if it is not empty (files of an earlier job may remain)"),
     ) -> None:
         """Write a simulated multi-node training job's log directory and its truth.json.
 
@@ -33,9 +56,12 @@ def register(app: typer.Typer) -> None:
             crashscope simulate /tmp/job --cause gpu_hardware --nodes 4 --gpus-per-node 8 --seed 3
             crashscope simulate fixtures/jobs --corpus
         """
+        from crashscope.cli.analyze_cmd import validate_tz
+        from crashscope.errors import OutputError, UsageError
         from crashscope.simulate import CAUSES, simulate
         from crashscope.simulate.layout import LAYOUTS
 
+        _check_out(out, force=force or corpus, error=OutputError)
         if corpus:
             from crashscope.simulate.corpus import generate_corpus, readme_text
 
@@ -46,15 +72,27 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"wrote {out.parent / 'README.md'}")
             return
         if cause not in CAUSES:
-            raise typer.BadParameter(f"choose one of {', '.join(CAUSES)}", param_hint="--cause")
+            raise UsageError(f"--cause: choose one of {', '.join(CAUSES)}, got {cause!r}")
         if layout is not None and layout not in LAYOUTS:
-            raise typer.BadParameter(f"choose one of {', '.join(LAYOUTS)}", param_hint="--layout")
+            raise UsageError(f"--layout: choose one of {', '.join(LAYOUTS)}, got {layout!r}")
+        validate_tz(timezone, "--timezone")
         chosen = [] if no_confounders else (confounder or None)
+        existed = out.exists()
         try:
             truth = simulate(out, cause=cause, nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, layout=layout,
                              confounders=chosen, confounder_rate=confounder_rate, nccl_info_volume=nccl_info_volume,
                              variant=variant, timezone=timezone, timeout_ms=timeout_ms)
-        except ValueError as e:
-            raise typer.BadParameter(str(e)) from e
+        except (KeyError, ValueError) as e:
+            # The simulator rejects what it cannot plant: an unknown --variant (Xid code),
+            # too few nodes for a cause, an unknown confounder. Leave no half-written job.
+            if not existed:
+                import shutil
+
+                shutil.rmtree(out, ignore_errors=True)
+            if isinstance(e, KeyError) and variant is not None:
+                raise UsageError(f"--variant: {variant!r} is not a variant the simulator knows for {cause}") from None
+            raise UsageError(str(e).strip("'\"")) from None
+        except OSError as e:
+            raise OutputError(f"cannot write {out}: {e.strerror or e}") from None
         typer.echo(f"{out}: job {truth['job']['id']} cause={truth['cause']} layout={truth['layout']} "
                    f"ranks={truth['job']['ranks']} evidence={len(truth['evidence'])}")
