@@ -104,6 +104,9 @@ _PREFILTER_PARTS = (
 # (hung, stopped, cut off), "Read error ... Connection reset by peer" when the link broke.
 # With TORCH_DISTRIBUTED_DEBUG=DETAIL, rank 0's monitoredBarrier names the missing ranks.
 # They are symptoms that point at a peer, never a cause on the rank that prints them.
+# ProcessGroupNCCL before PG-prefixed logs (torch < 2.2): "[Rank 1] Watchdog caught ..."
+# names the default group's rank, i.e. the global rank.
+_OLD_RANK_PREFIX = regex.compile(r"^\s*\[Rank (?P<rank>\d{1,7})\] ")
 _GLOO_TIMEOUT = regex.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete")
 _GLOO_CLOSED = regex.compile(r"Connection closed by peer(?: \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+))?")
 _GLOO_IO = regex.compile(r"(?P<what>Read|Write) error \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+): (?P<err>Connection reset by peer|Broken pipe|Connection timed out|No route to host)")
@@ -435,6 +438,8 @@ class _Parser:
             if rank is None and (pg.get("pg_id") == 0 or desc == "default_pg"):
                 rank = pg["pg_rank"]
 
+        if rank is None and (om := _OLD_RANK_PREFIX.match(msg)):
+            rank = int(om.group("rank"))
         base = dict(line=n, time=time, tq=tq, rank=rank, local_rank=local_rank)
         short = msg.strip()
 
