@@ -9,7 +9,12 @@ The Slurm epilog runs this as root over directories users write, so:
   opening, so a file swapped for a FIFO, device or link after the directory scan is
   refused rather than followed or blocked on;
 * ``.gz``, ``.zst``, ``.bz2``, ``.xz`` files and tar archives (compressed or not) are
-  read in place by streaming; members are never extracted, so no member path can escape.
+  read in place by streaming; members are never extracted, so no member path can escape;
+* a file is read only up to the size ``fstat`` gave when it was opened (a log that keeps
+  growing, or a sparse tail extended while we read, cannot keep the reader busy);
+* decompression stops, with a warning, past a ratio of ``MAX_RATIO`` beyond the first
+  ``RATIO_FREE_BYTES`` or past ``MAX_DECOMPRESSED_BYTES`` per file or member (a
+  decompression bomb); both are module settings, ``set_decompression_limits`` changes them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,21 @@ import regex
 HEAD_BYTES = 64 * 1024
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 MAX_TAR_MEMBERS = 200_000
+# Decompression-bomb limits (per file or archive member, on the decompressed bytes).
+RATIO_FREE_BYTES = 64 * 1024 * 1024  # no ratio check before this much output
+MAX_RATIO = 200  # output / compressed input consumed, checked beyond RATIO_FREE_BYTES
+MAX_DECOMPRESSED_BYTES = 8 * 1024 * 1024 * 1024
+
+
+def set_decompression_limits(*, max_ratio: float | None = None, max_bytes: int | None = None, ratio_free_bytes: int | None = None) -> None:
+    """Change the decompression-bomb limits for this process."""
+    global MAX_RATIO, MAX_DECOMPRESSED_BYTES, RATIO_FREE_BYTES
+    if max_ratio is not None:
+        MAX_RATIO = max_ratio  # type: ignore[assignment]
+    if max_bytes is not None:
+        MAX_DECOMPRESSED_BYTES = max_bytes
+    if ratio_free_bytes is not None:
+        RATIO_FREE_BYTES = ratio_free_bytes
 
 
 @dataclass(slots=True)
@@ -78,6 +98,85 @@ def _decompressor(kind: str, raw: BinaryIO) -> BinaryIO:
     raise ValueError(kind)
 
 
+class BoundedReader(io.RawIOBase):
+    """At most ``limit`` bytes of ``raw``: the size a file had when it was opened."""
+
+    def __init__(self, raw: BinaryIO, limit: int):
+        self._raw = raw
+        self.left = limit
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        n = min(len(b), self.left)
+        if n <= 0:
+            return 0
+        data = self._raw.read(n)
+        k = len(data)
+        b[:k] = data
+        self.left -= k
+        self.consumed += k
+        return k
+
+
+class CountingReader(io.RawIOBase):
+    """Counts the compressed bytes a decompressor pulls (tar members, nested streams)."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        data = self._raw.read(len(b))
+        k = len(data or b"")
+        b[:k] = data or b""
+        self.consumed += k
+        return k
+
+
+class BombGuard(io.RawIOBase):
+    """Decompressed bytes, ended with ``error`` set when the output outgrows the input
+    (ratio) or an absolute size: a bomb is read as far as the limits and no further."""
+
+    def __init__(self, out: BinaryIO, counter: "CountingReader | BoundedReader", kind: str):
+        self._out = out
+        self._counter = counter
+        self._kind = kind
+        self.produced = 0
+        self.error: str | None = None
+        self.max_bytes: int | None = MAX_DECOMPRESSED_BYTES  # None for a tar (limited per member)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        if self.error:
+            return 0
+        data = self._out.read(min(len(b), 1024 * 1024))
+        if not data:
+            return 0
+        k = len(data)
+        self.produced += k
+        consumed = max(1, self._counter.consumed)
+        if self.max_bytes is not None and self.produced > self.max_bytes:
+            self.error = (
+                f"decompressed ({self._kind}) beyond {self.max_bytes // (1024 * 1024):,} MiB; "
+                "the rest was not read (decompression size limit)"
+            )
+        elif self.produced > RATIO_FREE_BYTES and self.produced > MAX_RATIO * consumed:
+            self.error = (
+                f"expands more than {MAX_RATIO:g}x ({self._kind}: {self.produced // (1024 * 1024):,} MiB "
+                f"from {consumed:,} bytes); the rest was not read (decompression bomb limit)"
+            )
+        b[:k] = data
+        return k
+
+
 class PeekStream(io.RawIOBase):
     """A stream whose first bytes were already read (to sniff) and are replayed.
 
@@ -107,6 +206,9 @@ class PeekStream(io.RawIOBase):
             data = self._rest.read(min(n, 64 * 1024))
         except Exception as exc:  # noqa: BLE001 - EOFError, zlib/lzma/zstd errors: the stream ends here
             self.error = _describe(exc)
+            return 0
+        if not data:
+            self.error = getattr(self._rest, "error", None)  # a BombGuard that stopped
             return 0
         k = len(data)
         b[:k] = data
@@ -275,7 +377,9 @@ def _yield_file(abs_path: str, rel: str) -> Iterator[Entry | Skipped]:
         yield Skipped(rel, f"cannot open: {err}", unreadable=err != "not a regular file")
         return
     with fh:
-        yield from _yield_stream(fh, rel, st.st_size if st else None, depth=0)
+        size = st.st_size if st else 0
+        # Never past the size the file had when opened: a growing log cannot hold us.
+        yield from _yield_stream(BoundedReader(fh, size), rel, size, depth=0)  # type: ignore[arg-type]
 
 
 def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iterator[Entry | Skipped]:
@@ -285,7 +389,11 @@ def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iter
     name = rel.replace("!", "/").rsplit("/", 1)[-1]
     if kind:
         try:
-            stream = _decompressor(kind, io.BufferedReader(stream))  # type: ignore[arg-type]
+            counter = raw if isinstance(raw, BoundedReader) else CountingReader(raw)
+            if counter is not raw:
+                stream = PeekStream(magic, counter)  # type: ignore[assignment]
+            guard = BombGuard(_decompressor(kind, io.BufferedReader(stream)), counter, kind)  # type: ignore[arg-type]
+            stream = guard  # type: ignore[assignment]
         except Exception as exc:  # noqa: BLE001
             yield Skipped(rel, f"cannot decompress ({kind}): {exc}", unreadable=True)
             return
@@ -294,6 +402,8 @@ def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iter
     peek = PeekStream(head, stream)
     peek.error = err
     if len(head) >= 262 and head[257:262] == b"ustar" and depth == 0:
+        if isinstance(stream, BombGuard):
+            stream.max_bytes = None  # an archive: the size limit applies to each member
         yield from _yield_tar(peek, rel)
         return
     yield Entry(path=rel, name=name, size=size, stream=peek, compression=kind)  # type: ignore[arg-type]
@@ -320,6 +430,9 @@ def _yield_tar(stream: BinaryIO, rel: str) -> Iterator[Entry | Skipped]:
             fobj = tar.extractfile(member)
             if fobj is None:
                 continue
+            if member.size > MAX_DECOMPRESSED_BYTES:
+                yield Skipped(mrel, f"archive member of {member.size:,} bytes: only the first {MAX_DECOMPRESSED_BYTES // (1024 * 1024):,} MiB read (size limit)")
+                fobj = BoundedReader(fobj, MAX_DECOMPRESSED_BYTES)  # type: ignore[assignment]
             yield from _yield_stream(fobj, mrel, member.size, depth=1)  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt archive, decompressor errors
         yield Skipped(rel, f"tar archive ends early or is corrupt after {count} members: {exc}")

@@ -11,9 +11,12 @@ from __future__ import annotations
 import io
 import logging
 import os
+import queue
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import polars as pl
 import regex
@@ -21,7 +24,7 @@ import regex
 from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
-from crashscope.sources.base import FileInfo, FileSource, ParseContext, ParseOptions, decode, frame_from_rows
+from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,7 @@ BINARY_CONTROL_FRACTION = 0.05
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
 NEAR_TIE = 0.05
 BATCH_BYTES = 64 * 1024 * 1024
+ITER_SLICE = 16_384  # hit lines made into Python strings at a time
 BATCH_FILES = 64
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
 MAX_WORKERS = 8
@@ -56,6 +60,67 @@ class FileRecord:
     note: str | None = None
 
 
+def rss_bytes() -> int:
+    """This process's resident set size now (``/proc/self/statm``; peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak, in KiB on Linux
+
+
+@dataclass(slots=True)
+class Budget:
+    """A time and memory budget for one analysis. Once spent, the ingest reads no further
+    file and ends the current one at a block boundary; what was read is analysed.
+
+    ``started`` is ``time.monotonic()`` (system-wide on Linux, so worker processes share
+    the clock); ``max_memory`` is bytes of RSS of each process checking it.
+    """
+
+    seconds: float | None = None
+    max_memory: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    exceeded: str | None = None
+
+    def check(self) -> str | None:
+        """The reason the budget is spent, or None."""
+        if self.exceeded is None:
+            if self.seconds is not None and time.monotonic() - self.started > self.seconds:
+                self.exceeded = f"time budget of {self.seconds:g} s spent"
+            elif self.max_memory is not None and rss_bytes() > self.max_memory:
+                self.exceeded = f"memory budget of {_human(self.max_memory)} reached"
+        return self.exceeded
+
+    @property
+    def active(self) -> bool:
+        return self.seconds is not None or self.max_memory is not None
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def parse_size(text: str) -> int:
+    """``2G``, ``512M``, ``1.5GiB``, ``1000000`` -> bytes (binary units)."""
+    m = regex.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text or "")
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use e.g. 2G, 512M)")
+    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    value = int(float(m.group(1)) * mult)
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return value
+
+
+NOT_READ = "not read: "
+
+
 @dataclass(slots=True)
 class IngestResult:
     root: Path
@@ -75,6 +140,7 @@ def ingest(
     progress: Callable[[str, int], None] | None = None,
     overrides: dict[str, str] | None = None,
     workers: int | None = None,
+    budget: Budget | None = None,
 ) -> IngestResult:
     """Read every file under ``root`` into one events frame (times not yet aligned).
 
@@ -84,6 +150,7 @@ def ingest(
         progress: called with (file, bytes) after each batch of files.
         overrides: {fnmatch glob: source name} forcing a source for matching files.
         workers: processes to parse with; default: all cores for large jobs, else 1.
+        budget: time/memory budget; once spent, the rest is skipped (see ``Budget``).
     """
     root = Path(root)
     options = options or ParseOptions()
@@ -101,9 +168,16 @@ def ingest(
     if workers is None:
         total_size = sum(r.size for r in refs)
         workers = min(os.cpu_count() or 1, MAX_WORKERS) if (total_size >= PARALLEL_MIN_BYTES and len(batches) > 1) else 1
+    if budget is not None and not budget.active:
+        budget = None
+    if budget is not None and budget.max_memory is not None and workers > 1:
+        # each worker checks its own RSS: the whole stays under the budget
+        worker_budget = Budget(budget.seconds, max(1, budget.max_memory // (workers + 1)), budget.started)
+    else:
+        worker_budget = budget
     frames: list[pl.DataFrame] = []
     total = 0
-    for recs, frame, batch_warnings in _run_batches(batches, options, overrides, workers):
+    for recs, frame, batch_warnings in _run_batches(batches, options, overrides, workers, worker_budget):
         files.extend(recs)
         warnings.extend(batch_warnings)
         total += sum(r.bytes for r in recs)
@@ -112,8 +186,30 @@ def ingest(
         if progress and recs:
             progress(recs[-1].file, sum(r.bytes for r in recs))
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+    if budget is not None:
+        warnings.extend(_budget_warnings(files, budget if worker_budget is budget else worker_budget))
     # Scan order is by directory; report files in path order for stable output.
     return IngestResult(root=root, events=events, files=files, warnings=warnings, bytes_read=total)
+
+
+def _budget_warnings(files: list[FileRecord], budget: Budget) -> list[str]:
+    skipped = [f.file for f in files if f.note and f.note.startswith(NOT_READ)]
+    cut = [f.file for f in files if f.note and f.note.startswith("cut after ")]
+    if not skipped and not cut:
+        return []
+    reason = budget.exceeded or next(
+        (f.note.split(": ", 1)[1] for f in files if f.note and (f.note.startswith(NOT_READ) or f.note.startswith("cut after "))), "budget spent"
+    )
+
+    def names(xs: list[str]) -> str:
+        return ", ".join(xs[:10]) + (f" and {len(xs) - 10} more" if len(xs) > 10 else "")
+
+    out = [f"partial analysis: {reason}; {len(skipped)} file(s) not read, {len(cut)} cut short"]
+    if cut:
+        out.append(f"cut short by the budget: {names(cut)}")
+    if skipped:
+        out.append(f"not read because of the budget: {names(skipped)}")
+    return out
 
 
 def _batches(refs: list[FileRef]) -> list[list[FileRef]]:
@@ -132,10 +228,10 @@ def _batches(refs: list[FileRef]) -> list[list[FileRef]]:
     return out
 
 
-def _run_batches(batches, options, overrides, workers):  # type: ignore[no-untyped-def]
+def _run_batches(batches, options, overrides, workers, budget=None):  # type: ignore[no-untyped-def]
     if workers <= 1 or len(batches) <= 1:
         for b in batches:
-            yield ingest_batch(b, options, overrides)
+            yield ingest_batch(b, options, overrides, budget)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -148,13 +244,14 @@ def _run_batches(batches, options, overrides, workers):  # type: ignore[no-untyp
     done = 0
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            for result in pool.map(ingest_batch, batches, [options] * len(batches), [overrides] * len(batches)):
+            n = len(batches)
+            for result in pool.map(ingest_batch, batches, [options] * n, [overrides] * n, [budget] * n):
                 yield result
                 done += 1
     except Exception as exc:  # noqa: BLE001 - e.g. a __main__ that spawn cannot re-import
         log.info("worker processes failed (%s); parsing the rest in this process", exc)
         for b in batches[done:]:
-            yield ingest_batch(b, options, overrides)
+            yield ingest_batch(b, options, overrides, budget)
     finally:
         if saved is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
@@ -163,7 +260,7 @@ def _run_batches(batches, options, overrides, workers):  # type: ignore[no-untyp
 
 
 def ingest_batch(
-    refs: list[FileRef], options: ParseOptions, overrides: dict[str, str] | None
+    refs: list[FileRef], options: ParseOptions, overrides: dict[str, str] | None, budget: Budget | None = None
 ) -> tuple[list[FileRecord], pl.DataFrame, list[str]]:
     """Parse a batch of files (in this process or a worker): records, one frame, warnings."""
     files: list[FileRecord] = []
@@ -171,6 +268,9 @@ def ingest_batch(
     rows: list[dict] = []
     sniff_cache: dict = {}
     for ref in refs:
+        if budget is not None and budget.check():
+            files.append(FileRecord(ref.rel, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
+            continue
         for item in open_ref(ref):
             if isinstance(item, Skipped):
                 warnings.append(f"{item.path}: {item.reason}")
@@ -180,7 +280,10 @@ def ingest_batch(
             if item.name in LABEL_FILES:
                 files.append(FileRecord(item.path, "unrecognized", note="job label file, not a log"))
                 continue
-            rec, file_rows, file_warnings = _ingest_entry(item, options, overrides, sniff_cache)
+            if budget is not None and budget.check():  # members of an archive
+                files.append(FileRecord(item.path, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
+                continue
+            rec, file_rows, file_warnings = _ingest_entry(item, options, overrides, sniff_cache, budget)
             files.append(rec)
             warnings.extend(file_warnings)
             rows.extend(file_rows)
@@ -188,7 +291,8 @@ def ingest_batch(
 
 
 def _ingest_entry(
-    entry: Entry, options: ParseOptions, overrides: dict[str, str] | None, sniff_cache: dict | None = None
+    entry: Entry, options: ParseOptions, overrides: dict[str, str] | None, sniff_cache: dict | None = None,
+    budget: Budget | None = None,
 ) -> tuple[FileRecord, list[dict], list[str]]:
     head, head_err = read_head(entry.stream)
     stream = PeekStream(head, entry.stream)
@@ -242,7 +346,7 @@ def _ingest_entry(
         if isinstance(winner, FileSource):
             ctxs = _parse_whole(stream, winner, info, options, rec)
         else:
-            ctxs = _scan_lines(stream, info, options, rec)
+            ctxs = _scan_lines(stream, info, options, rec, budget)
     except Exception as exc:  # noqa: BLE001 - a parser bug must cost one file, not the run
         log.exception("parser failure on %s", entry.path)
         warnings.append(f"{entry.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
@@ -253,16 +357,19 @@ def _ingest_entry(
     for ctx in ctxs:
         for w in ctx.warnings:
             warnings.append(str(w))
+        if ctx.repeated:
+            rec.note = rec.note or f"{ctx.repeated} repeated identical events folded into their first occurrence"
         if ctx.suppressed_warnings:
             warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
         rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
-    rows = [r for ctx in ctxs for r in ctx.rows]
-    rec.events = len(rows)
+    repeated = sum(ctx.repeated for ctx in ctxs)
+    rows = [r for ctx in ctxs for r in ctx.take_rows()]
+    rec.events = len(rows) + repeated  # occurrences: folded repeats count (see ParseContext.emit)
     if winner is None and rows:
         from collections import Counter
 
         rec.kind = Counter(r["source"] for r in rows).most_common(1)[0][0]
-        rec.note = "recognized by lines beyond the first 8 KiB"
+        rec.note = rec.note or "recognized by lines beyond the first 8 KiB"
     return rec, rows, warnings
 
 
@@ -357,14 +464,20 @@ CHATTER = (
 _CHATTER_RE = "|".join(regex.escape(c) for c in CHATTER)
 
 
-def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[str]) -> Iterable[bytes]:
+def iter_blocks(
+    stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[str], budget: "Budget | None" = None
+) -> Iterable[bytes]:
     """Yield blocks of whole lines, each ending in \\n (the consumer counts lines once).
 
-    Lines longer than MAX_LINE_BYTES are cut.
+    Lines longer than MAX_LINE_BYTES are cut. When ``budget`` runs out, the file ends at
+    the block boundary (``rec.note`` says so).
     """
     carry = b""
     skipping = False
     while True:
+        if budget is not None and rec.bytes and budget.check():
+            rec.note = f"cut after {rec.bytes:,} bytes: {budget.exceeded}"
+            break
         chunk, _ = read_head(stream, BLOCK_BYTES)  # short reads joined; errors end the stream
         if not chunk:
             break
@@ -394,8 +507,9 @@ def iter_blocks(stream: io.RawIOBase | PeekStream, rec: FileRecord, notes: list[
         yield carry + b"\n"
 
 
-def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:
-    """Line numbers and texts of the block's lines matching any prefilter."""
+def _block_hit_frame(block: bytes, first_line: int, notes: list[str]) -> tuple[pl.DataFrame, int]:
+    """The block's lines matching any prefilter (``n``: line number, ``l``: text without a
+    trailing CR), and the number of lines in the block."""
     try:
         if b"\x1f" in block:  # our column separator: polars would cut those lines there
             raise ValueError("separator byte in block")
@@ -437,35 +551,112 @@ def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[i
         notes.append(f"{long.height} line(s) longer than {MAX_LINE_BYTES // 1024} KiB (first: line {long['n'][0]}); cut")
         out = out.with_columns(pl.col("l").str.slice(0, MAX_LINE_BYTES))
         out = out.filter(pl.col("l").str.contains(_COMBINED))
-    return out["n"].to_list(), [t.rstrip("\r") for t in out["l"].fill_null("").to_list()], n_lines
+    return out.select("n", pl.col("l").fill_null("").str.strip_chars_end("\r")), n_lines
 
 
-def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
-    numbers: list[int] = []
-    texts: list[str] = []
+def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:
+    """Line numbers and texts of the block's lines matching any prefilter."""
+    out, n_lines = _block_hit_frame(block, first_line, notes)
+    return out["n"].to_list(), out["l"].to_list(), n_lines
+
+
+def _iter_hits(frames: Iterable[pl.DataFrame]) -> Iterator[tuple[int, str]]:
+    """(line number, text) pairs of hit frames, made into Python objects a slice at a time."""
+    for f in frames:
+        for off in range(0, f.height, ITER_SLICE):
+            part = f.slice(off, ITER_SLICE)
+            yield from zip(part["n"].to_list(), part["l"].to_list())
+
+
+class _Feed:
+    """One line source parsing a large file while it is read: it runs in a thread that
+    pulls each block's hits from a small queue, so only a few blocks of hits are ever
+    held, whatever the file's size (``parse_lines`` sees one lazy sequence, as before)."""
+
+    def __init__(self, src: LineSource, ctx: ParseContext):
+        self.ctx = ctx
+        self.error: BaseException | None = None
+        self._q: queue.Queue = queue.Queue(maxsize=2)
+        self._thread = threading.Thread(target=self._run, args=(src,), name=f"crashscope-{src.name}", daemon=True)
+        self._thread.start()
+
+    def _frames(self) -> Iterator[pl.DataFrame]:
+        while True:
+            f = self._q.get()
+            if f is None:
+                return
+            yield f
+
+    def _run(self, src: LineSource) -> None:
+        frames = self._frames()
+        try:
+            src.parse_lines(_iter_hits(frames), self.ctx)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+            self.error = exc
+        for _ in frames:  # a parser that stopped early or failed: drain, never block the reader
+            pass
+
+    def put(self, frame: pl.DataFrame) -> None:
+        self._q.put(frame)
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+
+def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord, budget: "Budget | None" = None):  # type: ignore[no-untyped-def]
+    """Scan a text file block by block and give every line source its hits.
+
+    A file of one block is parsed after it is read; from the second block on, every line
+    source that has hits parses in its own thread while the file is read (see ``_Feed``),
+    so memory stays at a few blocks of hits, not one Python string per matching line.
+    """
     notes: list[str] = []
     first = 1
-    for block in iter_blocks(stream, rec, notes):
-        ns, ts, n = _block_hits(block, first, notes)
-        first += n
-        numbers.extend(ns)
-        texts.extend(ts)
-        rec.lines += n
-    ctxs = []
+    held: dict[int, list[pl.DataFrame]] = {}  # source index -> hit frames not yet parsed
+    feeds: dict[int, _Feed] = {}
+    ctxs: dict[int, ParseContext] = {}
+    streaming = False
     bad_utf8 = False
-    for src, rx in _PER_SOURCE:
-        mine = [(n, t) for n, t in zip(numbers, texts) if rx.search(t)]
-        if not mine:
-            continue
-        ctx = ParseContext(info, src.name, options)
-        src.parse_lines(mine, ctx)
-        ctxs.append(ctx)
-        bad_utf8 = bad_utf8 or any("\ufffd" in t for _, t in mine)
+    blocks = 0
+    try:
+        for block in iter_blocks(stream, rec, notes, budget):
+            hits, n = _block_hit_frame(block, first, notes)
+            first += n
+            rec.lines += n
+            blocks += 1
+            streaming = blocks > 1  # a second block: parse from here on while reading
+            if hits.height:
+                for i, (src, _rx) in enumerate(_PER_SOURCE):
+                    mine = hits.filter(pl.col("l").str.contains(src.prefilter))
+                    if not mine.height:
+                        continue
+                    bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())
+                    held.setdefault(i, []).append(mine)
+            if streaming:
+                for i, frames in held.items():
+                    if i not in feeds:
+                        ctxs[i] = ParseContext(info, _PER_SOURCE[i][0].name, options)
+                        feeds[i] = _Feed(_PER_SOURCE[i][0], ctxs[i])
+                    for f in frames:
+                        feeds[i].put(f)
+                held = {i: [] for i in held}
+    finally:
+        for feed in feeds.values():
+            feed.close()
+    for i in sorted(held):
+        if held[i] and i not in feeds:
+            ctxs[i] = ParseContext(info, _PER_SOURCE[i][0].name, options)
+            _PER_SOURCE[i][0].parse_lines(list(_iter_hits(held[i])), ctxs[i])
+    for feed in feeds.values():
+        if feed.error is not None:
+            raise feed.error
+    out = [ctxs[i] for i in sorted(ctxs)]
     if notes or bad_utf8:
         ctx = ParseContext(info, rec.kind, options)
         for note in notes:
             ctx.warn(note)
         if bad_utf8:
             ctx.warn("bytes that are not UTF-8 were replaced")
-        ctxs.append(ctx)
-    return ctxs
+        out.append(ctx)
+    return out

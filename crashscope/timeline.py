@@ -233,12 +233,35 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
+    ev = _slurm_task_hosts(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
     rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
     if rh.height and ev["host"].null_count():
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_rh").alias("host")).drop("_rh")
     return ev.sort("_id")
+
+
+def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Rank -> node from what Slurm says about its tasks: ``srun: error: n2: tasks 2-3:
+    Exited ...`` names the node of those tasks. Under srun with one task per rank a task id
+    is the global rank; under torchrun (ranks with local ranks) it is the node index, so
+    the mapping is used only when no torchrun prefix was seen."""
+    if ev.filter(pl.col("local_rank").is_not_null()).height:
+        return ev
+    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
+    pairs: dict[int, str] = {}
+    for a in exits["attrs"].to_list():
+        d = attrs_of(a)
+        hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
+        if len(hosts) == 1 and isinstance(hosts[0], str):
+            for t in tasks[:100_000]:
+                if isinstance(t, int):
+                    pairs.setdefault(t, hosts[0])
+    if not pairs:
+        return ev
+    m = pl.DataFrame({"rank": list(pairs), "_sh": list(pairs.values())}, schema={"rank": ev.schema["rank"], "_sh": pl.String})
+    return ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_sh").alias("host")).drop("_sh")
 
 
 def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
@@ -450,7 +473,7 @@ def collapse_symptoms(ev: pl.DataFrame, world: int | None) -> list[SymptomGroup]
         return []
     s = s.sort(["time", "file", "line"], nulls_last=True)
     g = s.group_by(["kind", "_sig"], maintain_order=True).agg(
-        pl.len().alias("count"),
+        _attr("attrs", "repeat", pl.Int64).fill_null(1).sum().alias("count"),  # folded repeats count
         pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
         pl.col("host").drop_nulls().unique().sort().alias("hosts"),
         pl.col("time").first().dt.epoch("ns").alias("t"),

@@ -137,7 +137,9 @@ def extract(timeline: Timeline, findings: Sequence[Finding]) -> dict[str, float]
     _symptoms(f, timeline, world)
     if ev.height:
         kinds = ev["kind"].cast(pl.String)
-        counts = dict(ev.group_by(kinds.alias("k")).len().iter_rows())
+        # occurrences, not rows: identical events of a file are folded into one row with attrs.repeat
+        rep = pl.col("attrs").str.json_path_match("$.repeat").cast(pl.Int64, strict=False).fill_null(1)
+        counts = dict(ev.group_by(kinds.alias("k")).agg(rep.sum()).iter_rows())
         for k in COUNT_KINDS:
             f[f"kind:{k}"] = math.log1p(counts.get(k, 0))
         _versions(f, ev.filter(kinds == Kind.VERSION.value))

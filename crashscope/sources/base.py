@@ -32,6 +32,25 @@ _MIN_NS = 0  # 1970
 _MAX_NS = 7_258_118_400 * 1_000_000_000  # 2200-01-01
 MAX_EPOCH_S = _MAX_NS // 1_000_000_000  # plausible stamps end here (corrupted years do not)
 
+# Bounds on identity fields (a hostile or corrupted log must not overflow a column or make
+# the timeline's per-host/per-rank work explode). Out of range: the value is dropped.
+MAX_RANK = 10_000_000  # schema Int32; far above any real world size
+MAX_LOCAL_RANK = 65_535
+MAX_GPU_INDEX = 1_024  # CUDA ordinals / nvidia-smi indices are per node
+MAX_PID = 2**63 - 1  # schema Int64 (Linux pid_max is at most 2**22)
+MAX_HOST_CHARS = 255  # HOST_NAME_MAX is 64; FQDNs are at most 253 (RFC 1035)
+MAX_GPU_CHARS = 128  # PCI ids (16) or GPU UUIDs (40)
+MAX_JOB_ID_CHARS = 128  # "123456_7+1.batch"
+# Distinct values per file and source: a merged slurm-%j.out of a 16k-node job is fine.
+MAX_HOSTS_PER_FILE = 16_384
+MAX_RANKS_PER_FILE = 1_048_576
+MAX_GPUS_PER_FILE = 131_072
+# Identical events of one file beyond this many rows fold into the last of those rows
+# (memory and every later stage stay bounded on a flood; ordinary logs are unchanged).
+FOLD_AFTER = 8
+MAX_ATTRS_CHARS = 64 * 1024  # longer attrs JSON: long strings in it are cut
+_HOSTNAME = regex.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+
 
 @dataclass(frozen=True, slots=True)
 class ParseWarning:
@@ -80,6 +99,12 @@ class ParseContext:
         self.rows: list[dict[str, Any]] = []
         self.warnings: list[ParseWarning] = []
         self.suppressed_warnings = 0
+        self._seen: dict[tuple, list[Any]] = {}  # event key -> [rows so far, last row]
+        self._repeats: dict[int, list[Any]] = {}
+        self._hosts: set[str] = set()
+        self._ranks: set[int] = set()
+        self._gpus: set[str] = set()
+        self._dropped: set[str] = set()
 
     # -- output -------------------------------------------------------------------------
     def emit(
@@ -100,33 +125,148 @@ class ParseContext:
         job_id: str | None = None,
         attrs: dict[str, Any] | None = None,
     ) -> None:
-        """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers)."""
+        """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers).
+
+        Identity fields out of their plausible range are dropped (one warning per field and
+        file). Identical events of a file (same kind, severity, identity, message and attrs;
+        a flapping link prints one NCCL WARN a million times) give at most ``FOLD_AFTER``
+        rows: the first ones are rows as usual, and the last of them stands for every later
+        occurrence too, with ``repeat`` (occurrences it stands for, itself included),
+        ``last_time`` and ``last_line`` in its attrs. Counting ``attrs.repeat`` (default 1)
+        over rows gives the occurrences.
+        """
         if time is not None and not plausible_ns(time):
             # A corrupted stamp (year 8026) would overflow the column; keep the event, not the time.
             self.warn("implausible time stamp ignored", line)
             time, time_quality = None, TimeQuality.MISSING
         if time_quality is None:
             time_quality = TimeQuality.MISSING if time is None else TimeQuality.EXACT
-        self.rows.append(
-            {
-                "time": time,
-                "time_quality": _val(time_quality),
-                "host": short_host(host) if host else self.file.host_hint,
-                "rank": rank if rank is not None else self.file.rank_hint,
-                "local_rank": local_rank,
-                "gpu": gpu,
-                "gpu_index": gpu_index,
-                "pid": pid,
-                "job_id": job_id,
-                "source": self.source,
-                "kind": _val(kind),
-                "severity": _val(severity),
-                "message": message[:2000],
-                "attrs": json.dumps(attrs, separators=(",", ":"), default=str) if attrs else None,
-                "file": self.file.path,
-                "line": line,
-            }
-        )
+        host = self._bound_host(short_host(host) if host else self.file.host_hint, line)
+        if rank is None:
+            rank = self.file.rank_hint
+        if rank is not None:
+            rank = self._bound_int("rank", rank, -1, MAX_RANK, line, self._ranks, MAX_RANKS_PER_FILE)
+        if local_rank is not None:
+            local_rank = self._bound_int("local_rank", local_rank, -1, MAX_LOCAL_RANK, line)
+        if gpu_index is not None:
+            gpu_index = self._bound_int("gpu_index", gpu_index, -1, MAX_GPU_INDEX, line)
+        if pid is not None:
+            pid = self._bound_int("pid", pid, 0, MAX_PID, line)
+        if gpu is not None:
+            gpu = self._bound_str("gpu", gpu, MAX_GPU_CHARS, line, self._gpus, MAX_GPUS_PER_FILE)
+        if job_id is not None:
+            job_id = self._bound_str("job_id", job_id, MAX_JOB_ID_CHARS, line)
+        kind_v, severity_v = _val(kind), _val(severity)
+        message = message[:2000]
+        attrs_json = _attrs_json(attrs) if attrs else None
+        key = (kind_v, severity_v, host, rank, local_rank, gpu, gpu_index, pid, job_id, message.strip(), attrs_json)
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] >= FOLD_AFTER:
+            last = seen[1]
+            rep = self._repeats.get(id(last))
+            if rep is None:
+                rep = self._repeats[id(last)] = [last, 1, None, None]
+            rep[1] += 1
+            if time is not None:
+                rep[2] = time
+            if line is not None:
+                rep[3] = line
+            return
+        row = {
+            "time": time,
+            "time_quality": _val(time_quality),
+            "host": host,
+            "rank": rank,
+            "local_rank": local_rank,
+            "gpu": gpu,
+            "gpu_index": gpu_index,
+            "pid": pid,
+            "job_id": job_id,
+            "source": self.source,
+            "kind": kind_v,
+            "severity": severity_v,
+            "message": message,
+            "attrs": attrs_json,
+            "file": self.file.path,
+            "line": line,
+        }
+        if seen is None:
+            self._seen[key] = [1, row]
+        else:
+            seen[0] += 1
+            seen[1] = row
+        self.rows.append(row)
+
+    @property
+    def repeated(self) -> int:
+        """Events folded into an earlier identical one so far."""
+        return sum(rep[1] - 1 for rep in self._repeats.values())
+
+    def take_rows(self) -> list[dict[str, Any]]:
+        """The rows, with the repeat counts of collapsed events written into their attrs."""
+        for row, count, last_time, last_line in self._repeats.values():
+            a = json.loads(row["attrs"]) if row["attrs"] else {}
+            a["repeat"] = count
+            if last_time is not None:
+                a["last_time"] = _iso_ns(last_time)
+            if last_line is not None:
+                a["last_line"] = last_line
+            row["attrs"] = json.dumps(a, separators=(",", ":"), default=str)
+        self._repeats.clear()
+        self._seen.clear()
+        return self.rows
+
+    # -- bounds on identity fields ---------------------------------------------------------
+    def _drop_once(self, field_name: str, reason: str, line: int | None, excerpt: str) -> None:
+        if field_name not in self._dropped:
+            self._dropped.add(field_name)
+            self.warn(f"{reason}; dropped (further ones in this file dropped silently)", line, excerpt)
+
+    def _bound_int(
+        self, name: str, v: Any, lo: int, hi: int, line: int | None, seen: set | None = None, max_distinct: int = 0
+    ) -> int | None:
+        try:
+            iv = int(v)
+        except (TypeError, ValueError, OverflowError):
+            self._drop_once(name, f"{name} is not an integer", line, str(v)[:80])
+            return None
+        if not lo <= iv <= hi:
+            self._drop_once(name, f"{name} out of range ({lo}..{hi})", line, str(iv)[:80])
+            return None
+        if seen is not None and iv not in seen:
+            if len(seen) >= max_distinct:
+                self._drop_once(f"{name}#distinct", f"more than {max_distinct} distinct {name} values in one file", line, str(iv))
+                return None
+            seen.add(iv)
+        return iv
+
+    def _bound_str(
+        self, name: str, v: Any, max_chars: int, line: int | None, seen: set | None = None, max_distinct: int = 0
+    ) -> str | None:
+        s = str(v)
+        if len(s) > max_chars or not s.isprintable():
+            self._drop_once(name, f"{name} longer than {max_chars} characters or not printable", line, s[:80])
+            return None
+        if seen is not None and s not in seen:
+            if len(seen) >= max_distinct:
+                self._drop_once(f"{name}#distinct", f"more than {max_distinct} distinct {name} values in one file", line, s[:80])
+                return None
+            seen.add(s)
+        return s
+
+    def _bound_host(self, host: str | None, line: int | None) -> str | None:
+        if host is None:
+            return None
+        if host in self._hosts:
+            return host
+        if len(host) > MAX_HOST_CHARS or not _HOSTNAME.fullmatch(host):
+            self._drop_once("host", f"host name longer than {MAX_HOST_CHARS} characters or with characters no host name has", line, host[:80])
+            return None
+        if len(self._hosts) >= MAX_HOSTS_PER_FILE:
+            self._drop_once("host#distinct", f"more than {MAX_HOSTS_PER_FILE} distinct host names in one file", line, host[:80])
+            return None
+        self._hosts.add(host)
+        return host
 
     def warn(self, reason: str, line: int | None = None, excerpt: str = "") -> None:
         if len(self.warnings) >= MAX_WARNINGS_PER_FILE:
@@ -135,7 +275,7 @@ class ParseContext:
         self.warnings.append(ParseWarning(self.file.path, line, reason, excerpt[:80]))
 
     def frame(self) -> pl.DataFrame:
-        return frame_from_rows(self.rows)
+        return frame_from_rows(self.take_rows())
 
     # -- time -----------------------------------------------------------------------------
     def local_quality(self) -> TimeQuality:
@@ -175,6 +315,22 @@ def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC"))).select(
         [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
     )
+
+
+def _attrs_json(attrs: dict[str, Any]) -> str:
+    text = json.dumps(attrs, separators=(",", ":"), default=str)
+    if len(text) <= MAX_ATTRS_CHARS:
+        return text
+    cut = {k: (v[:1024] + "...[cut]" if isinstance(v, str) and len(v) > 1024 else v) for k, v in attrs.items()}
+    text = json.dumps(cut, separators=(",", ":"), default=str)
+    if len(text) <= MAX_ATTRS_CHARS:
+        return text
+    return json.dumps({"attrs_cut": f"attrs of {len(text)} characters dropped"})
+
+
+def _iso_ns(t: int) -> str:
+    s, ns = divmod(t, 1_000_000_000)
+    return datetime.fromtimestamp(s, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
 
 
 def _val(x: Any) -> Any:
