@@ -1,0 +1,670 @@
+#!/usr/bin/env python3
+"""Recorded-incident lab: real Slurm + real torch.distributed (gloo) + faults injected from outside.
+
+    python benchmarks/lab/run.py [--only NAME[,NAME...]] [--out fixtures/recorded] [--keep-slurm]
+
+Starts the throw-away Slurm of benchmarks/lab/slurm.sh (slurmctld, slurmd n1/n2, slurmdbd, MariaDB
+on 127.0.0.1), runs every scenario below as a real `sbatch` job (4 ranks, 2 per node, under
+`srun` one task per rank or `srun ... torchrun --nnodes 2 --nproc-per-node 2`), injects the fault
+from outside at a chosen moment, waits for the job to end and copies the job's whole directory
+plus Slurm's records into <out>/<id>/ with a truth.json. Every daemon it started is stopped by pid
+at the end (try/finally, also on Ctrl-C); iptables rules and cgroups it made are removed.
+
+Slow (about 40-50 minutes for all scenarios on 2 cores); NOT run in CI. Needs root.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+LAB = Path(os.environ.get("LAB_BASE", "/tmp/crashscope-lab"))
+SLURM_BASE = LAB / "slurm"
+JOBS = LAB / "jobs"
+PY = str(REPO / ".venv" / "bin" / "python")
+TORCHRUN = str(REPO / ".venv" / "bin" / "torchrun")
+TRAIN = str(HERE / "train.py")
+ENV = dict(os.environ, SLURM_CONF=str(SLURM_BASE / "etc" / "slurm.conf"))
+MEMCG_PARENT = None  # set in main(): our own memory cgroup (cgroup v1 here)
+CPUCG_PARENT = Path("/sys/fs/cgroup/cpu")
+IPT_CHAIN = "CSLAB"
+PG_TIMEOUT = 30
+RANK_NODE = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
+            "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def S(kind, launcher, cause, ranks=(), **kw):
+    return dict(kind=kind, launcher=launcher, cause=cause, ranks=list(ranks), **kw)
+
+
+# id -> scenario. ranks = culprit ranks (rank->node: 0,1 on n1; 2,3 on n2; checked against the logs).
+SCENARIOS = {
+    "sigstop_rank3_srun": S("sigstop", "srun", "node_failure", [3], at=12, fmt="megatron"),
+    "sigstop_rank1_torchrun": S("sigstop", "torchrun", "node_failure", [1], at=12, fmt="plain", ddp=True),
+    "sigstop_rank0_srun": S("sigstop", "srun", "node_failure", [0], at=15, fmt="hf"),
+    "sigstop_late_cont_rank2_srun": S("sigstop_late_cont", "srun", "node_failure", [2], at=12, fmt="megatron"),
+    "sigstop_late_cont_rank3_torchrun": S("sigstop_late_cont", "torchrun", "node_failure", [3], at=12, fmt="hf"),
+    "nodekill_n2_srun": S("nodekill", "srun", "node_failure", [2, 3], at=12, fmt="megatron"),
+    "nodekill_n2_torchrun": S("nodekill", "torchrun", "node_failure", [2, 3], at=12, fmt="plain", ddp=True),
+    "nodekill_n1_srun": S("nodekill", "srun", "node_failure", [0, 1], at=15, fmt="hf"),
+    "iptables_rank3_srun": S("iptables", "srun", "fabric_timeout", [3], at=12, fmt="megatron"),
+    "iptables_rank1_torchrun": S("iptables", "torchrun", "fabric_timeout", [1], at=12, fmt="hf", ddp=True),
+    "iptables_rank2_srun": S("iptables", "srun", "fabric_timeout", [2], at=18, fmt="plain"),
+    "ckpt_fifo_rank0_srun": S("ckpt_fifo", "srun", "storage_stall", [0], at=20, fmt="megatron"),
+    "ckpt_fifo_rank0_torchrun": S("ckpt_fifo", "torchrun", "storage_stall", [0], at=20, fmt="hf"),
+    "oom_rank3_srun": S("oom", "srun", "oom", [3], at=8, fmt="megatron"),
+    "oom_rank2_torchrun": S("oom", "torchrun", "oom", [2], at=8, fmt="plain"),
+    "cpu_starve_mild_rank3_srun": S("cpu_starve", "srun", "gpu_throttle", [3], at=10, fmt="megatron",
+                                    quota_us=5000, period_us=100000, iters=40),
+    "cpu_starve_hard_rank2_srun": S("cpu_starve", "srun", "gpu_throttle", [2], at=12, fmt="plain",
+                                    quota_us=1000, period_us=1000000),
+    "cpu_starve_hard_rank1_torchrun": S("cpu_starve", "torchrun", "gpu_throttle", [1], at=12, fmt="hf",
+                                        quota_us=1000, period_us=1000000),
+    "scancel_srun": S("scancel", "srun", "preemption", at=12, fmt="megatron"),
+    "scancel_torchrun": S("scancel", "torchrun", "preemption", at=12, fmt="hf"),
+    "preempt_cancel_srun": S("preempt_cancel", "srun", "preemption", at=12, fmt="megatron"),
+    "preempt_cancel_torchrun": S("preempt_cancel", "torchrun", "preemption", at=12, fmt="plain"),
+    "preempt_requeue_srun": S("preempt_requeue", "srun", "preemption", at=14, fmt="megatron", iters=40,
+                              save=10),
+    "timelimit_srun": S("timelimit", "srun", "time_limit", fmt="megatron", iters=100000, save=50),
+    "timelimit_torchrun": S("timelimit", "torchrun", "time_limit", fmt="hf", iters=100000, save=50),
+    "exception_rank3_srun": S("exception", "srun", "software_error", [3], at=15, fmt="megatron"),
+    "exception_rank3_torchrun": S("exception", "torchrun", "software_error", [3], at=15, fmt="hf"),
+    "exception_rank1_srun": S("exception", "srun", "software_error", [1], at=25, fmt="plain"),
+    "shape_rank2_srun": S("shape", "srun", "software_error", [2], at=14, fmt="megatron"),
+    "shape_rank1_torchrun": S("shape", "torchrun", "software_error", [1], at=14, fmt="plain"),
+    "collmismatch_rank3_srun": S("collmismatch", "srun", "software_error", [3], at=16, fmt="hf"),
+    "collmismatch_rank0_torchrun": S("collmismatch", "torchrun", "software_error", [0], at=16, fmt="megatron"),
+    "completed_srun": S("completed", "srun", "none", fmt="megatron"),
+    "completed_torchrun": S("completed", "torchrun", "none", fmt="hf", ddp=True),
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def iso(t: dt.datetime | None) -> str | None:
+    return None if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def sh(cmd, check=False, timeout=60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=isinstance(cmd, str), env=ENV, capture_output=True, text=True,
+                          check=check, timeout=timeout, **kw)
+
+
+def say(msg):
+    print(f"[lab {utcnow():%H:%M:%S}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- job script
+def job_script(sid, sc, jobdir: Path) -> str:
+    args = [f"--iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}",
+            f"--log-format {sc['fmt']}", f"--timeout {PG_TIMEOUT}", "--save ckpt", "--logdir logs"]
+    kind = sc["kind"]
+    if kind in ("exception", "shape", "collmismatch"):
+        args += [f"--fault {kind}", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}"]
+    if kind == "oom":
+        args += ["--fault leak", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}", "--leak-mb 128"]
+    if sc.get("ddp"):
+        args.append("--ddp")
+    debug = "INFO" if sc.get("ddp") else "DETAIL"
+    part = {"preempt_requeue": "lowrq"}.get(kind, "low")
+    extra = []
+    if kind == "timelimit":
+        extra.append("#SBATCH --time=1")
+    if kind == "preempt_requeue":
+        extra += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
+    # -K (--kill-on-bad-exit) is what most real multi-node scripts pass; the late-SIGCONT scenario
+    # runs without it so the resumed rank lives on to meet its dead peers.
+    kflag = "" if kind == "sigstop_late_cont" else " --kill-on-bad-exit=1"
+    a = " ".join(args)
+    if sc["launcher"] == "srun":
+        launch = f"srun{kflag} {PY} -u {TRAIN} {a}"
+    else:
+        launch = (f"srun{kflag} --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 bash -c "
+                  f"'exec {TORCHRUN} --nnodes 2 --nproc-per-node 2 --node-rank $SLURM_NODEID "
+                  f"--master-addr $MASTER_ADDR --master-port $MASTER_PORT "
+                  f"--log-dir $PWD/elastic/$SLURMD_NODENAME {TRAIN} {a}'")
+    return f"""#!/bin/bash
+#SBATCH --job-name={sid}
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --partition={part}
+#SBATCH --output=slurm-%j.out
+#SBATCH --chdir={jobdir}
+{chr(10).join(extra)}
+echo "[$(date -u +%Y-%m-%dT%H:%M:%S)] job $SLURM_JOB_ID ($SLURM_JOB_NAME) restart ${{SLURM_RESTART_COUNT:-0}} on $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks"
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
+export TORCH_FR_BUFFER_SIZE=2000
+export TORCH_FR_DUMP_TEMP_FILE=$PWD/fr/nccl_trace_rank_
+export TORCH_DISTRIBUTED_DEBUG={debug}
+export TORCH_CPP_LOG_LEVEL=INFO
+export PYTHONUNBUFFERED=1
+mkdir -p fr logs ckpt
+{launch}
+rc=$?
+echo "[$(date -u +%Y-%m-%dT%H:%M:%S)] srun exited with $rc"
+exit $rc
+"""
+
+
+# ---------------------------------------------------------------- observing the job
+def job_state(jid) -> dict:
+    r = sh(["scontrol", "show", "job", "-o", str(jid)])
+    d = {}
+    for m in re.finditer(r"(\w+)=(\S*)", r.stdout):
+        d.setdefault(m.group(1), m.group(2))
+    return d
+
+
+def rank_log(jobdir, r) -> str:
+    p = jobdir / "logs" / f"rank{r}.log"
+    try:
+        return p.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+PROG = re.compile(r"iteration\s+(\d+)/|step (\d+) loss|\{'loss'")
+
+
+def progress_count(text) -> int:
+    """Iterations logged in a rank log (megatron/plain give the number; hf lines are counted)."""
+    last = 0
+    n_hf = 0
+    for m in PROG.finditer(text):
+        if m.group(1):
+            last = int(m.group(1))
+        elif m.group(2):
+            last = int(m.group(2))
+        else:
+            n_hf += 1
+    return max(last, n_hf)
+
+
+def rank_pid(jobdir, r, after: float = 0.0):
+    m = None
+    for m in re.finditer(r"started pid=(\d+) node=(\S+)", rank_log(jobdir, r)):
+        pass
+    if not m:
+        return None, None
+    return int(m.group(1)), m.group(2)
+
+
+def wait_for(pred, timeout, step=0.1):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def wait_progress(jobdir, r, n, timeout=180):
+    return wait_for(lambda: progress_count(rank_log(jobdir, r)) >= n, timeout, 0.05)
+
+
+def log_time(line: str) -> dt.datetime | None:
+    m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
+    if not m:
+        return None
+    return dt.datetime.strptime(m.group(1) + "." + m.group(2), "%Y-%m-%d %H:%M:%S.%f").replace(
+        tzinfo=dt.timezone.utc)  # the lab machine's local time is UTC (checked in main)
+
+
+def first_line(text, pattern):
+    for line in text.splitlines():
+        if re.search(pattern, line):
+            return line
+    return None
+
+
+def last_progress_line(text):
+    last = None
+    for line in text.splitlines():
+        if PROG.search(line):
+            last = line
+    return last
+
+
+# ---------------------------------------------------------------- fault helpers
+def ports_of(pid) -> list[int]:
+    r = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True)
+    ports = set()
+    for line in r.stdout.splitlines():
+        if f"pid={pid}," not in line:
+            continue
+        cols = line.split()
+        local = cols[3]
+        ports.add(int(local.rsplit(":", 1)[1]))
+    return sorted(ports)
+
+
+def ipt(*a):
+    return subprocess.run(["iptables", "-w", *a], capture_output=True, text=True)
+
+
+def ipt_setup():
+    ipt("-N", IPT_CHAIN)
+    for ch in ("INPUT", "OUTPUT"):
+        if ipt("-C", ch, "-j", IPT_CHAIN).returncode != 0:
+            ipt("-I", ch, "1", "-j", IPT_CHAIN)
+
+
+def ipt_cleanup():
+    for ch in ("INPUT", "OUTPUT"):
+        while ipt("-D", ch, "-j", IPT_CHAIN).returncode == 0:
+            pass
+    ipt("-F", IPT_CHAIN)
+    ipt("-X", IPT_CHAIN)
+
+
+def cg_make(parent: Path, name: str, settings: dict) -> Path:
+    p = parent / name
+    p.mkdir(exist_ok=True)
+    for k, v in settings.items():
+        (p / k).write_text(str(v))
+    return p
+
+
+def cg_move(cg: Path, pid: int):
+    (cg / "cgroup.procs").write_text(str(pid))  # v1: moves every thread of the process
+
+
+def cg_remove(cg: Path, back: Path):
+    if not cg.exists():
+        return
+    for pid in (cg / "cgroup.procs").read_text().split():
+        try:
+            (back / "cgroup.procs").write_text(pid)
+        except OSError:
+            pass
+    time.sleep(0.2)
+    try:
+        cg.rmdir()
+    except OSError as e:
+        say(f"could not remove cgroup {cg}: {e}")
+
+
+def agent_pid_of(pid) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- one scenario
+def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
+    jobdir = JOBS / sid
+    if jobdir.exists():
+        shutil.rmtree(jobdir)
+    jobdir.mkdir(parents=True)
+    (jobdir / "logs").mkdir()
+    (jobdir / "ckpt").mkdir()
+    (jobdir / "job.sh").write_text(job_script(sid, sc, jobdir))
+    kind = sc["kind"]
+    fault = None
+    ff = None  # (time, rank, what)
+    notes = []
+    cleanup = []
+    t_submit = utcnow()
+    if kind == "ckpt_fifo":
+        # the storage that blocks: the checkpoint file of iteration `at` is a FIFO nobody reads,
+        # so rank 0's torch.save() blocks in open() like a write to a hung NFS/Lustre mount
+        d = jobdir / "ckpt" / f"iter_{sc['at']:07d}" / "mp_rank_00"
+        d.mkdir(parents=True)
+        os.mkfifo(d / "model_optim_rng.pt")
+        fault = f"mkfifo {d / 'model_optim_rng.pt'} before the job started (nobody ever reads it)"
+    r = sh(["sbatch", "--parsable", str(jobdir / "job.sh")], check=True)
+    jid = r.stdout.strip().split(";")[0]
+    say(f"{sid}: submitted job {jid}")
+    high_jid = None
+    try:
+        ok = wait_for(lambda: all(rank_pid(jobdir, k)[0] for k in range(4)), 120, 0.2)
+        if not ok:
+            notes.append("not all ranks started within 120 s")
+        pids = {k: rank_pid(jobdir, k) for k in range(4)}
+        for k, (pid, node) in pids.items():
+            if node and node != RANK_NODE[k]:
+                notes.append(f"rank {k} ran on {node}, expected {RANK_NODE[k]}")
+        tgt = sc["ranks"][0] if sc["ranks"] else None
+        tpid = pids[tgt][0] if tgt is not None else None
+        at = sc.get("at", 0)
+
+        if kind == "oom":
+            cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 1200 * 1024 * 1024})
+            cg_move(cg, tpid)
+            cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
+            fault = (f"rank {tgt} (pid {tpid}) moved into memory cgroup {cg.name} with "
+                     f"memory.limit_in_bytes=1200MiB at {iso(utcnow())}; the program leaks 128 MiB/step "
+                     f"from iteration {at} on that rank")
+        elif kind in ("sigstop", "sigstop_late_cont", "nodekill", "iptables", "cpu_starve",
+                      "scancel", "preempt_cancel", "preempt_requeue"):
+            wr = tgt if tgt is not None else 3
+            if not wait_progress(jobdir, wr, at):
+                notes.append(f"rank {wr} never reached iteration {at}")
+            t_inj = utcnow()
+            if kind in ("sigstop", "sigstop_late_cont"):
+                os.kill(tpid, signal.SIGSTOP)
+                fault = f"kill -STOP {tpid} (rank {tgt}) at {iso(t_inj)} (after iteration {at})"
+                ff = (t_inj, tgt, f"SIGSTOP of rank {tgt} right after its progress line for iteration {at}")
+                if kind == "sigstop_late_cont":
+                    peers = [k for k in range(4) if k != tgt]
+                    hit = wait_for(lambda: any(" failed: " in rank_log(jobdir, k) for k in peers),
+                                   PG_TIMEOUT + 60, 0.2)
+                    time.sleep(3)
+                    os.kill(tpid, signal.SIGCONT)
+                    fault += f"; kill -CONT {tpid} at {iso(utcnow())} ({'3 s after the first peer timed out' if hit else 'no peer error seen'})"
+            elif kind == "nodekill":
+                node = RANK_NODE[tgt]
+                victims = [pids[k][0] for k in sc["ranks"]]
+                if sc["launcher"] == "torchrun":
+                    ag = agent_pid_of(victims[0])
+                    if ag:
+                        victims.append(ag)
+                for v in victims:
+                    try:
+                        os.kill(v, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                fault = (f"kill -KILL {' '.join(map(str, victims))} (every rank process"
+                         f"{' and the torchrun agent' if sc['launcher'] == 'torchrun' else ''} on {node}) at {iso(t_inj)}")
+                ff = (t_inj, tgt, f"all processes of {node} SIGKILLed after iteration {at}")
+            elif kind == "iptables":
+                ports = ports_of(tpid)
+                ipt_setup()
+                cleanup.append(ipt_cleanup)
+                for p in ports:
+                    for flag in ("--sport", "--dport"):
+                        ipt("-A", IPT_CHAIN, "-p", "tcp", flag, str(p), "-j", "DROP")
+                t_inj = utcnow()
+                fault = (f"iptables DROP (INPUT+OUTPUT, tcp sport/dport) on the {len(ports)} TCP ports of "
+                         f"rank {tgt} (pid {tpid}): {ports} at {iso(t_inj)} (after iteration {at})")
+                ff = (t_inj, tgt, f"all TCP ports of rank {tgt} dropped by iptables")
+            elif kind == "cpu_starve":
+                q, per = sc["quota_us"], sc["period_us"]
+                cg = cg_make(CPUCG_PARENT, f"cslab_{sid}", {"cpu.cfs_period_us": per, "cpu.cfs_quota_us": q})
+                cg_move(cg, tpid)
+                cleanup.append(lambda cg=cg: cg_remove(cg, CPUCG_PARENT))
+                fault = (f"rank {tgt} (pid {tpid}) moved into cpu cgroup with cpu.cfs_quota_us={q} "
+                         f"cpu.cfs_period_us={per} ({100 * q / per:.1f}% of one CPU) at {iso(t_inj)} (after iteration {at})")
+                ff = (t_inj, tgt, f"rank {tgt} CPU-throttled to {100 * q / per:.1f}% of a CPU")
+            elif kind == "scancel":
+                sh(["scancel", jid])
+                fault = f"scancel {jid} at {iso(t_inj)} (after iteration {at})"
+                ff = (t_inj, None, "user scancel")
+            elif kind in ("preempt_cancel", "preempt_requeue"):
+                hj = sh(["sbatch", "--parsable", "-p", "high", "-N2", "--ntasks-per-node=2", "-J", "urgent",
+                         "-o", str(LAB / "jobs" / f"urgent-{sid}-%j.out"), "--wrap", "srun sleep 15"], check=True)
+                high_jid = hj.stdout.strip()
+                fault = (f"sbatch -p high (PriorityTier=10) job {high_jid} needing both nodes at {iso(t_inj)} "
+                         f"(after iteration {at}); partition {'lowrq PreemptMode=REQUEUE' if kind == 'preempt_requeue' else 'low PreemptMode=CANCEL'}")
+                ff = (t_inj, None, f"higher-priority job {high_jid} submitted")
+
+        # wait for the end
+        limit = {"timelimit": 240, "preempt_requeue": 420, "cpu_starve": 300}.get(kind, 240)
+        t0 = time.time()
+        st = {}
+        saw_requeue = False
+        while time.time() - t0 < limit:
+            st = job_state(jid)
+            if int(st.get("Restarts", "0") or 0) > 0:
+                saw_requeue = True
+            s = st.get("JobState", "")
+            if s in TERMINAL and (kind != "preempt_requeue" or saw_requeue):
+                break
+            time.sleep(1)
+        else:
+            notes.append(f"job still {st.get('JobState')} after {limit} s: lab ran scancel")
+            sh(["scancel", jid])
+            wait_for(lambda: job_state(jid).get("JobState") in TERMINAL, 60, 1)
+        t_end = utcnow()
+    finally:
+        for c in cleanup:
+            try:
+                c()
+            except Exception as e:  # noqa: BLE001
+                say(f"cleanup failed: {e!r}")
+    # a stopped rank that survived (no -K) must not linger
+    for k in range(4):
+        pid = rank_pid(jobdir, k)[0]
+        if pid and Path(f"/proc/{pid}").exists():
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+                if f"SLURM_JOB_ID={jid}".encode() in env:
+                    os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    return collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid)
+
+
+# ---------------------------------------------------------------- collection
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?\]")
+
+
+def window_lines(path: Path, t0: dt.datetime, t1: dt.datetime) -> str:
+    """Lines of a Slurm daemon log whose [YYYY-mm-ddTHH:MM:SS.mmm] stamp lies in [t0, t1]."""
+    if not path.exists():
+        return ""
+    keep, out = False, []
+    for line in path.read_text(errors="replace").splitlines(keepends=True):
+        m = STAMP.match(line)
+        if m:
+            t = dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+            keep = t0 <= t <= t1
+        if keep:
+            out.append(line)
+    return "".join(out)
+
+
+def dmesg_window(t0, t1) -> str:
+    r = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True, text=True)
+    out = []
+    for line in r.stdout.splitlines(keepends=True):
+        m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d+)([+-]\d\d:?\d\d)", line)
+        if not m:
+            continue
+        t = dt.datetime.fromisoformat(m.group(1) + m.group(3)).astimezone(dt.timezone.utc)
+        if t0 <= t <= t1:
+            out.append(line)
+    return "".join(out)
+
+
+SACCT_FMT = ("JobID,JobName,Partition,State,ExitCode,DerivedExitCode,Submit,Start,End,Elapsed,"
+             "Timelimit,NodeList,NNodes,NTasks,Reason,MaxRSS")
+
+
+def trim_big(path: Path, limit=700_000) -> str | None:
+    """Trim a text file over `limit` bytes to its first 200 and last lines (verbatim, no marker)."""
+    data = path.read_bytes()
+    if len(data) <= limit:
+        return None
+    lines = data.splitlines(keepends=True)
+    head = lines[:200]
+    tail, size = [], sum(map(len, head))
+    for line in reversed(lines[200:]):
+        if size + len(line) > limit:
+            break
+        tail.append(line)
+        size += len(line)
+    tail.reverse()
+    dropped = len(lines) - len(head) - len(tail)
+    path.write_bytes(b"".join(head + tail))
+    return f"{path.name}: kept lines 1-200 and the last {len(tail)} of {len(lines)} ({dropped} dropped)"
+
+
+def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid):
+    dest = out / sid
+    scon = sh(["scontrol", "show", "job", "-d", jid]).stdout  # right at the end
+    # wait until the accounting record is final
+    sacct_txt = ""
+    for _ in range(30):
+        r = sh(["sacct", "-j", jid, "-P", f"--format={SACCT_FMT}"])
+        sacct_txt = r.stdout
+        states = [ln.split("|")[3] for ln in sacct_txt.splitlines()[1:] if ln.count("|") > 3]
+        if states and not any(s in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED") for s in states[:1]):
+            break
+        time.sleep(1)
+    sacct_json = sh(["sacct", "-j", jid, "--json"]).stdout
+    time.sleep(2)  # let slurmd/slurmctld finish writing their lines about this job
+    t_hi = utcnow()
+    t_lo = t_submit - dt.timedelta(seconds=1)
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(jobdir, dest, ignore=shutil.ignore_patterns("ckpt"), symlinks=False)
+    listing = subprocess.run(["find", "ckpt", "-printf", "%M %10s %TY-%Tm-%TdT%TH:%TM:%.2TS %p\n"],
+                             cwd=jobdir, capture_output=True, text=True).stdout
+    (dest / "ckpt_listing.txt").write_text(listing)
+    (dest / "scontrol_show_job.txt").write_text(scon)
+    (dest / "sacct.txt").write_text(sacct_txt)
+    (dest / "sacct.json").write_text(sacct_json)
+    slog = dest / "slurm"
+    slog.mkdir()
+    for name in ("slurmctld.log", "slurmd.n1.log", "slurmd.n2.log"):
+        (slog / name).write_text(window_lines(SLURM_BASE / "log" / name, t_lo, t_hi))
+    for n in ("n1", "n2"):
+        ep = SLURM_BASE / "log" / f"epilog.{jid}.{n}.scontrol"
+        if ep.exists():
+            shutil.copy(ep, slog / f"epilog.{n}.scontrol.txt")
+    dm = dmesg_window(t_lo, t_hi)
+    if dm:
+        (dest / "dmesg.txt").write_text(dm)
+    if high_jid:
+        (dest / "sacct_preemptor.txt").write_text(
+            sh(["sacct", "-j", high_jid, "-P", f"--format={SACCT_FMT}"]).stdout)
+    trims = [t for p in sorted(dest.rglob("*")) if p.is_file() and (t := trim_big(p))]
+
+    # ---- truth
+    kind = sc["kind"]
+    logs = {k: rank_log(jobdir, k) for k in range(4)}
+    ranks = sc["ranks"]
+    nodes = sorted({RANK_NODE[k] for k in ranks})
+    if kind in ("exception", "shape", "collmismatch"):
+        r0 = ranks[0]
+        line = first_line(logs[r0], r" failed: ")
+        ff = (log_time(line) if line else None, r0,
+              f"rank {r0}'s own error line: {line.split(' - ', 3)[-1][:160] if line else 'NOT FOUND'}")
+        fault = {"exception": f"--fault exception: rank {r0} feeds a target batch one row short to "
+                              f"F.cross_entropy at iteration {sc['at']}",
+                 "shape": f"--fault shape: rank {r0} all_reduces a 3-element metrics tensor (peers: 2) "
+                          f"at iteration {sc['at']}",
+                 "collmismatch": f"--fault collmismatch: rank {r0} calls all_gather while its peers call "
+                                 f"all_reduce at iteration {sc['at']}"}[kind]
+    elif kind == "ckpt_fifo":
+        line = first_line(logs[0], r"saving checkpoint at iteration\s+%d\b" % sc["at"])
+        ff = (log_time(line) if line else None, 0,
+              f"rank 0 begins saving checkpoint iteration {sc['at']} into the FIFO (never returns)")
+    elif kind == "oom":
+        r0 = ranks[0]
+        m = re.search(r"^(\S+).*(Memory cgroup out of memory|oom-kill|Killed process).*$", dm, re.M)
+        if m:
+            t = dt.datetime.fromisoformat(m.group(1).replace(",", ".")).astimezone(dt.timezone.utc)
+            ff = (t, r0, "kernel OOM killer: " + m.group(0)[m.group(0).find(" ") + 1:][:160])
+        else:
+            line = last_progress_line(logs[r0])
+            ff = (log_time(line) if line else None, r0, "last progress line of the leaking rank (no dmesg line)")
+            notes.append("no OOM line in dmesg")
+    elif kind == "timelimit":
+        m = re.search(r"^\[(\S+)\] Time limit exhausted for JobId=%s" % jid,
+                      (slog / "slurmctld.log").read_text(), re.M)
+        ff = (dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.timezone.utc) if m else None, None,
+              "slurmctld: Time limit exhausted" if m else "time limit (no slurmctld line found)")
+        fault = "sbatch --time=1 on a job whose training needs far longer"
+    elif kind == "completed":
+        ff = None
+        fault = None
+    first_failure = None
+    if ff:
+        t, r0, what = ff
+        first_failure = {"node": RANK_NODE[r0] if r0 is not None else None, "rank": r0, "time": iso(t),
+                         "tolerance_s": 30, "what": what}
+    st = job_state(jid)
+    truth = {
+        "id": sid, "scenario": kind, "launcher": sc["launcher"], "cause": sc["cause"],
+        "culprit": {"nodes": nodes, "ranks": ranks}, "first_failure": first_failure, "fault": fault,
+        "job_id": jid, "job_state": st.get("JobState"), "exit_code": st.get("ExitCode"),
+        "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
+        "window": {"submit": iso(t_submit), "end": iso(t_end)},
+        "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
+    }
+    (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    say(f"{sid}: job {jid} ended {st.get('JobState')} exit {st.get('ExitCode')}; recorded to {dest}"
+        + (f" NOTES: {' '.join(notes)}" if notes else ""))
+    return truth
+
+
+def versions() -> dict:
+    sl = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, env=ENV).stdout.split()
+    tv = subprocess.run([PY, "-c", "import torch,platform;print(torch.__version__, platform.python_version())"],
+                        capture_output=True, text=True).stdout.split()
+    return {"slurm": sl[-1] if sl else None, "torch": tv[0] if tv else None,
+            "python": tv[1] if len(tv) > 1 else None}
+
+
+def main():
+    global MEMCG_PARENT
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="comma-separated scenario ids (default: all)")
+    ap.add_argument("--out", default=str(REPO / "fixtures" / "recorded"))
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    if args.list:
+        for k, v in SCENARIOS.items():
+            print(f"{k:36s} {v['kind']:18s} {v['launcher']:9s} {v['cause']}")
+        return
+    if os.geteuid() != 0:
+        sys.exit("the lab needs root (slurmd, cgroups, iptables)")
+    if time.localtime().tm_gmtoff != 0:
+        sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
+    ids = args.only.split(",") if args.only else list(SCENARIOS)
+    unknown = [i for i in ids if i not in SCENARIOS]
+    if unknown:
+        sys.exit(f"unknown scenario(s): {unknown}; see --list")
+    mem = [ln.split(":", 2)[2] for ln in Path("/proc/self/cgroup").read_text().splitlines()
+           if ln.split(":")[1] == "memory"][0]
+    MEMCG_PARENT = Path("/sys/fs/cgroup/memory") / mem.lstrip("/")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    JOBS.mkdir(parents=True, exist_ok=True)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_term)
+    say("starting slurm")
+    r = subprocess.run(["bash", str(HERE / "slurm.sh"), "start"], env=dict(ENV, BASE=str(SLURM_BASE)),
+                       capture_output=True, text=True)
+    try:
+        if r.returncode != 0:
+            sys.exit(f"slurm.sh start failed:\n{r.stdout}\n{r.stderr}")
+        vers = versions()
+        say(f"versions {vers}")
+        results = []
+        for sid in ids:
+            t0 = time.time()
+            try:
+                results.append(run_scenario(sid, SCENARIOS[sid], out, vers))
+            except Exception as e:  # noqa: BLE001 -- record the failure, go on with the next
+                say(f"{sid}: lab error {e!r}")
+            say(f"{sid}: {time.time() - t0:.0f} s")
+        say(f"recorded {len(results)} of {len(ids)}")
+    finally:
+        ipt_cleanup()
+        subprocess.run(["bash", str(HERE / "slurm.sh"), "stop"], env=dict(ENV, BASE=str(SLURM_BASE)))
+
+
+if __name__ == "__main__":
+    main()
