@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from crashscope import __version__
-from crashscope.ingest import IngestResult, ingest
+from crashscope.ingest import Budget, IngestResult, ingest
 from crashscope.report.model import Report
 from crashscope.schema import Kind, TimeQuality
 from crashscope.sources.base import ParseOptions
@@ -23,13 +23,27 @@ EXCERPT_BEFORE = 8
 EXCERPT_AFTER = 12
 
 
+_TZ_OK: dict[str, bool] = {}
+
+
 def resolve_tz(name: str | None) -> ZoneInfo | None:
-    if not name:
+    """A zone both zoneinfo and polars accept, else None (``Factory``, ``posixrules``,
+    ``localtime``, ``right/UTC`` are zoneinfo files polars rejects). Cached per name."""
+    if not name or len(name) > 255:
         return None
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return None
+    ok = _TZ_OK.get(name)
+    if ok is None:
+        try:
+            pl.Series([0], dtype=pl.Datetime("ns")).dt.replace_time_zone(name).dt.convert_time_zone("UTC")
+            ok = True
+        except Exception:  # noqa: BLE001 - polars raises ComputeError/InvalidOperationError/...
+            ok = False
+        _TZ_OK[name] = ok
+    return zone if ok else None
 
 
 def analyze(
@@ -41,21 +55,35 @@ def analyze(
     progress: Callable[[str, int], None] | None = None,
     include_experimental: bool = False,
     use_classifier: bool = True,
+    budget_s: float | None = None,
+    max_memory: int | None = None,
 ) -> tuple[Report, Timeline, IngestResult]:
-    """Analyze a job directory. Never raises on bad input; problems go to ``warnings``."""
+    """Analyze a job directory. Never raises on bad input; problems go to ``warnings``.
+
+    ``budget_s`` (seconds) and ``max_memory`` (bytes of RSS) bound the ingest: once spent,
+    the rest is not read and the report says which files were skipped or cut.
+    """
     started = _time.perf_counter()
+    budget = Budget(budget_s, max_memory) if (budget_s is not None or max_memory is not None) else None
     root = Path(root)
     warnings: list[str] = []
     zone = resolve_tz(tz)
     if tz and zone is None:
         warnings.append(f"unknown time zone {tz!r}; local stamps read as UTC")
     options = ParseOptions(tz=zone or ZoneInfo("UTC"), tz_known=zone is not None)
-    result = ingest(root, options, progress=progress, overrides=overrides)
+    result = ingest(root, options, progress=progress, overrides=overrides, budget=budget)
     year, month = _job_year_month(result.events)
-    if year and year != datetime.now(timezone.utc).year:
+    if year and year != datetime.now(timezone.utc).year and budget is not None and budget.check():
+        warnings.append(f"year-less stamps dated {datetime.now(timezone.utc).year}, not the job's {year}: no budget left to read them again")
+    elif year and year != datetime.now(timezone.utc).year:
         # Year-less stamps (syslog, c10, torchrun) were dated with this year; redo with the job's.
         options.year, options.month = year, month
-        result = ingest(root, options, overrides=overrides)
+        first_read = result
+        result = ingest(root, options, overrides=overrides, budget=budget)
+        if budget is not None and budget.exceeded is not None:
+            # the second reading ran out: the complete first one (dated this year) is better
+            result = first_read
+            warnings.append(f"year-less stamps dated {datetime.now(timezone.utc).year}, not the job's {year}: the budget ran out reading them again")
     elif year:
         options.year, options.month = year, month
     if zone is None:
