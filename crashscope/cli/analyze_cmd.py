@@ -185,6 +185,8 @@ def register(app: typer.Typer) -> None:
         fail_on_crash: bool = typer.Option(False, "--fail-on-crash", help="Exit 1 when a cause other than none is found."),
         width: Optional[int] = typer.Option(None, "--width", min=40, max=400, metavar="COLUMNS", help="Terminal view width (default: the terminal's, or $COLUMNS, else 100)."),
         full: bool = typer.Option(False, "--full", help="Terminal view: every section in full (default: the verdict plus capped sections)."),
+        budget_s: Optional[float] = typer.Option(None, "--budget-s", min=0.0, metavar="SECONDS", help="Stop reading logs after this long; the report is partial and says what was skipped."),
+        max_memory: Optional[str] = typer.Option(None, "--max-memory", metavar="SIZE", help="Stop reading logs once the process uses this much memory (RSS; e.g. 2G, 512M)."),
     ) -> None:
         """Attribute a failed job's crash to a cause, with evidence at file:line.
 
@@ -199,6 +201,12 @@ def register(app: typer.Typer) -> None:
         check_input(directory)
         validate_tz(tz)
         overrides = parse_overrides(source)
+        from crashscope.ingest import parse_size
+
+        try:
+            max_memory_b = parse_size(max_memory) if max_memory is not None else None
+        except ValueError as e:
+            raise UsageError(f"--max-memory: {e}") from None
         configure_rules(rules)
         try:
             view, render = renderer_for(format.value if format else None, str(output) if output is not None and str(output) != "-" else None)
@@ -207,7 +215,7 @@ def register(app: typer.Typer) -> None:
         out = open_output(output, [directory])
         try:
             with _Progress(view == "terminal" and out is None) as progress:
-                report, _, result = _run_analysis(directory, tz=tz, expected_ranks=ranks, overrides=overrides, progress=progress, include_experimental=experimental)
+                report, _, result = _run_analysis(directory, tz=tz, expected_ranks=ranks, overrides=overrides, progress=progress, include_experimental=experimental, budget_s=budget_s, max_memory=max_memory_b)
             extra = health_warnings()
             if extra:
                 _warn(extra)
