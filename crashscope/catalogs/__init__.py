@@ -260,6 +260,7 @@ def match_text(text: str, catalogs: Catalogs | None = None) -> list[CatalogHit]:
         return []
     cand = sorted({i for a in found for i in cats.anchor_entries[a]})
     hits: list[CatalogHit] = []
+    seen: set[tuple[str, str | None, str]] = set()
     for i in cand:
         e = cats.entries[i]
         m = e.rx.search(text)
@@ -272,6 +273,12 @@ def match_text(text: str, catalogs: Catalogs | None = None) -> list[CatalogHit]:
             code = attrs["code"]
         if e.codes and isinstance(code, int) and code not in e.codes:
             continue  # the number found is not one of this entry's codes
+        # One hit per (catalog, cause, role) and line: "NVRM: Xid (...): 79, ..., GPU has fallen
+        # off the bus." is one fact, not two. The first entry of the catalog file wins.
+        key = (e.catalog, e.cause, e.role)
+        if key in seen:
+            continue
+        seen.add(key)
         hits.append(CatalogHit(e.catalog, e.name, code, e.kind, e.severity, e.cause, e.role, m.span(), attrs))
     return hits
 

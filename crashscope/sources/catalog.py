@@ -1,0 +1,191 @@
+"""Catalog texts anywhere in any line: CUDA/NCCL/IB/Xid/errno/signal/OOM/scheduler errors
+behind any envelope (``crashscope/catalogs/*.yaml``; format in ``docs/catalogs.md``).
+
+The other sources understand a line when its envelope is one they expect. Real pastes wrap
+the same texts in anything, so this source looks for the catalogs' key texts in every line
+of every text file, and parses a leading envelope only to place the event in time, host and
+rank. Sample lines (composed in the real formats)::
+
+    [1,5]<stderr>:RuntimeError: CUDA error: uncorrectable ECC error encountered
+    ^ mpirun --tag-output [jobid,rank]<stream>: (rank 5)
+    2024-05-01T10:00:00.123Z stdout F NVRM: Xid (PCI:0000:9a:00): 95, pid=1, name=python3, Uncontained: FBHUB.
+    ^ Kubernetes CRI log: stamp (exact), stream, F(ull)/P(artial)
+    Jun 17 20:18:08 node003 kernel: mlx5_core 0000:17:00.0: Port module event: module 0, Cable unplugged
+    ^ journald/syslog: year-less local stamp, host, ident[pid]
+    2024-05-01 10:00:00,123 - trainer - ERROR - CUDA out of memory. Tried to allocate 2.00 GiB
+    ^ Python logging asctime (local)
+    logs/node002/rank9.log:1042:NCCL WARN NET/IB : Got completion from peer 10.0.0.7<4000> with error 12
+    ^ grep -rn path:line: prefix
+    epoch 3:  41%|####1     | 410/1000 [05:12<07:30]\\rTERM_RUNLIMIT: job killed after reaching LSF run time limit.
+    ^ tqdm progress glued with carriage returns: the hit's own segment is the message
+
+Envelopes parsed at the start of a line, in any nesting: ``grep -r`` ``path:`` /
+``path:N:``, Kubernetes CRI ``<RFC3339> stdout|stderr F|P ``, ISO-8601 stamps (bare, in
+brackets, Python logging ``YYYY-MM-DD HH:MM:SS,mmm``), journald/syslog
+``Mon DD HH:MM:SS[.us] host ident[pid]: `` and ``<ISO> host ident[pid]: ``, dmesg
+``[ sec.usec]``, mpirun ``[jobid,rank]<stdout|stderr>:``, srun ``N: ``, torchrun
+``[default3]:``, ``[rankN]:``, NCCL ``host:pid:tid [dev] ``.
+
+Kinds: each hit's catalog ``kind`` (cuda_error, cuda_oom, nccl_error, network_error, xid,
+link_event, host_oom, job_state, job_cancel, node_state, process_exit, exception,
+log_error, comm_abort). attrs: catalog, name, code, cause (taxonomy label or null), role
+(cause|symptom|context), plus what the entry's pattern captured (status, vendor_err, peer,
+pci, signal, exit_code, errno, ...). The gpu column is set from a captured PCI address.
+One event per hit: a line may hold several (``Cuda failure 'out of memory'`` is both the
+CUDA error and an OOM). Other sources may parse the same line; the caller de-duplicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import regex
+
+from crashscope import catalogs
+from crashscope.schema import TimeQuality
+from crashscope.sources.base import MONTHS, LineSource, ParseContext, feed_guarded, iso_to_ns, normalize_pci, split_prefix
+
+_MON = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_GREP = regex.compile(r"^(?:\./)?(?:[\w.@+-]+/)*[\w.@+-]+\.(?:log|out|err|txt|stdout|stderr|json)(?:\.\d+)?(?::\d+)?[:-](?!\d)")
+_CRI = regex.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
+_ISO = regex.compile(
+    r"^\[?(?P<ts>\d{4}-\d\d-\d\d(?P<sep>[T ])\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?P<zone>Z|[+-]\d\d:?\d\d)?)\]?(?:\s+|,\s*|\s*-\s+|:\s)"
+)
+_BSD = regex.compile(
+    rf"^(?P<mon>{_MON}) {{1,2}}(?P<d>\d{{1,2}}) (?P<hh>\d\d):(?P<mm>\d\d):(?P<ss>\d\d)(?:\.(?P<frac>\d{{1,9}}))? "
+)
+_HOST_IDENT = regex.compile(r"^(?P<host>[\w.:-]+) (?P<ident>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+_MONO = regex.compile(r"^\[\s*\d+\.\d{1,9}\]\s?")
+_MPI = regex.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
+_NCCL = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+# Python logging: "%(asctime)s - %(name)s - %(levelname)s - " and basicConfig "LEVEL:name:".
+_PYLOG = regex.compile(
+    r"^(?:-\s+)?(?:[\w.\[\]-]+\s+-\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+|^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
+)
+
+
+@dataclass(slots=True)
+class Envelope:
+    body: str
+    time: int | None = None
+    quality: TimeQuality | None = None
+    host: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+
+
+def _frac_ns(frac: str | None) -> int:
+    return int((frac + "000000000")[:9]) if frac else 0
+
+
+def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
+    """Peel the common prefixes off the start of a line (any order, any nesting)."""
+    env = Envelope(text)
+    rest = text.lstrip("\ufeff")
+    for _ in range(10):
+        if m := _GREP.match(rest):
+            rest = rest[m.end():]
+            continue
+        if m := _CRI.match(rest):
+            if env.time is None:
+                env.time, env.quality = iso_to_ns(m.group("ts"), ctx)
+            rest = rest[m.end():]
+            continue
+        if m := _ISO.match(rest):
+            if env.time is None:
+                env.time, env.quality = iso_to_ns(m.group("ts"), ctx)
+            rest = rest[m.end():]
+            # Syslog / journald short-iso put "host ident[pid]: " after a T-separated stamp;
+            # Python logging's "YYYY-MM-DD HH:MM:SS,mmm - name - LEVEL - " does not.
+            if m.group("sep") == "T" and (hm := _HOST_IDENT.match(rest)):
+                env.host = env.host or hm.group("host")
+                if hm.group("pid") and env.pid is None:
+                    env.pid = int(hm.group("pid"))
+                rest = rest[hm.end():]
+            continue
+        if m := _BSD.match(rest):
+            if env.time is None:
+                t = ctx.yearless_ns(MONTHS[m.group("mon")], int(m.group("d")), int(m.group("hh")), int(m.group("mm")), int(m.group("ss")), _frac_ns(m.group("frac")))
+                if t is not None:
+                    env.time, env.quality = t, ctx.local_quality()
+            rest = rest[m.end():]
+            if hm := _HOST_IDENT.match(rest):
+                env.host = env.host or hm.group("host")
+                if hm.group("pid") and env.pid is None:
+                    env.pid = int(hm.group("pid"))
+                rest = rest[hm.end():]
+            continue
+        if m := _PYLOG.match(rest):
+            rest = rest[m.end():]
+            continue
+        if m := _MONO.match(rest):
+            rest = rest[m.end():]
+            continue
+        if m := _MPI.match(rest):
+            if env.rank is None:
+                env.rank = int(m.group("rank"))
+            rest = rest[m.end():]
+            continue
+        if m := _NCCL.match(rest):
+            env.host = env.host or m.group("host")
+            if env.pid is None:
+                env.pid = int(m.group("pid"))
+            rest = rest[m.end():]
+            continue
+        prefix, after = split_prefix(rest)
+        if after is not rest and len(after) < len(rest):
+            if env.rank is None:
+                env.rank = prefix.rank if prefix.rank is not None else prefix.task
+            if env.local_rank is None:
+                env.local_rank = prefix.local_rank
+            rest = after
+            continue
+        break
+    env.body = rest
+    return env
+
+
+def _segment(text: str, span: tuple[int, int], body: str) -> str:
+    """The carriage-return segment holding the hit (tqdm redraws glue lines with \\r)."""
+    if "\r" not in text:
+        return body
+    start = text.rfind("\r", 0, span[0]) + 1
+    end = text.find("\r", span[1])
+    seg = text[start:] if end < 0 else text[start:end]
+    return body if start == 0 and body and seg.endswith(body[-min(len(body), 40):]) else seg
+
+
+class CatalogSource(LineSource):
+    name = "catalog"
+    description = "Catalog texts (CUDA, NCCL, IB verbs, Xid/NVRM, errno, signals, OOM, scheduler/cloud states) anywhere in any line"
+    filename_hints = ()
+    prefilter = catalogs.prefilter()
+
+    def sniff(self, head: str, name: str) -> float:
+        return 0.0  # never claims a file: line sources see every text file's matching lines
+
+    def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
+        cats = catalogs.load()
+
+        def on_line(n: int, text: str) -> None:
+            hits = catalogs.match_text(text, cats)
+            if not hits:
+                return
+            env = parse_envelope(text.split("\r", 1)[0], ctx)
+            for h in hits:
+                attrs: dict[str, Any] = {"catalog": h.catalog, "name": h.name, "code": h.code, "cause": h.cause, "role": h.role}
+                for k, v in h.attrs.items():
+                    attrs.setdefault(k, v)
+                gpu = normalize_pci(str(h.attrs["pci"])) if h.attrs.get("pci") else None
+                msg = _segment(text, h.span, env.body).strip() or text.strip()
+                ctx.emit(
+                    h.kind, n, msg, severity=h.severity, time=env.time, time_quality=env.quality if env.time is not None else None,
+                    host=env.host, rank=env.rank, local_rank=env.local_rank, pid=env.pid, gpu=gpu, attrs=attrs,
+                )
+
+        feed_guarded(ctx, lines, on_line)
+
+
+SOURCE = CatalogSource()
