@@ -5,6 +5,8 @@ from __future__ import annotations
 import fnmatch
 
 from crashscope.sources import gpu_csv, kernel, nccl, nvidia_smi, pytorch, sacct, slurm, torchelastic, versions
+from crashscope.sources import catalog
+from crashscope.sources import applog
 from crashscope.sources.base import FileSource, LineSource, Source
 
 SOURCES: tuple[Source, ...] = (
@@ -17,6 +19,8 @@ SOURCES: tuple[Source, ...] = (
     nvidia_smi.SOURCE,
     gpu_csv.SOURCE,
     versions.SOURCE,
+    catalog.SOURCE,
+    applog.SOURCE,
 )
 
 LINE_SOURCES: tuple[LineSource, ...] = tuple(s for s in SOURCES if isinstance(s, LineSource))
