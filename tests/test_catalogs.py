@@ -1,0 +1,260 @@
+"""The catalogs of real error texts, the matcher, its PREFILTER and the catalog source.
+
+Every entry's hit examples must match it and its miss examples must not; the PREFILTER
+(literals only) must accept every hit example in polars (Rust regex) and Python regex;
+a hit must survive every envelope real pastes put around it, and a line cut right after
+the key text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+import regex
+
+from crashscope import catalogs
+from crashscope.catalogs import CatalogError, build, match_text
+from crashscope.schema import CAUSES, KINDS
+from crashscope.sources.base import FileInfo, ParseContext, ParseOptions
+from crashscope.sources.catalog import SOURCE, parse_envelope
+
+CATS = catalogs.load()
+ENTRIES = CATS.entries
+
+
+def _names(text: str) -> list[str]:
+    return [h.name for h in match_text(text)]
+
+
+def _cases(tier: str) -> list:
+    return [pytest.param(e, ex, id=f"{e.catalog}:{e.name}:{i}") for e in ENTRIES for i, ex in enumerate(getattr(e, tier))]
+
+
+# -- the data ------------------------------------------------------------------------------
+
+def test_every_catalog_file_loads_and_cites_its_sources() -> None:
+    files = sorted(p.name for p in Path(catalogs.__file__).parent.glob("*.yaml"))
+    assert files == sorted(f"{c}.yaml" for c in CATS.sources), "one catalog per file, named after the file"
+    expected = {"cuda", "nccl", "ibverbs", "xid", "errno", "signals", "oom", "scheduler"}
+    assert expected <= set(CATS.sources)
+    for cat, srcs in CATS.sources.items():
+        assert srcs and all(len(s) > 10 for s in srcs), cat
+    for e in ENTRIES:
+        assert e.kind in KINDS and (e.cause is None or e.cause in CAUSES)
+        assert e.role in ("cause", "symptom", "context")
+        assert e.hit, e.name
+
+
+@pytest.mark.parametrize(
+    "doc, why",
+    [
+        ("catalog: x\nentries: [{name: a, texts: [b], kind: xid, severity: error, cause: null, role: symptom, hit: [b]}]\n", "sources"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, texts: [b], kind: nope, severity: error, cause: null, role: symptom, hit: [b]}]\n", "kind"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, texts: [b], kind: xid, severity: error, cause: flood, role: cause, hit: [b]}]\n", "cause"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, texts: [b], kind: xid, severity: error, cause: null, role: cause, hit: [b]}]\n", "must name its cause"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, patterns: ['b+'], kind: xid, severity: error, cause: null, role: symptom, hit: [b]}]\n", "keys"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, texts: [b], kind: xid, severity: error, cause: null, role: symptom}]\n", "hit example"),
+        ("catalog: x\nsources: [s]\nentries: [{name: a, texts: [b], kind: xid, severity: error, cause: null, role: symptom, hit: [b], typo: 1}]\n", "unknown field"),
+    ],
+)
+def test_malformed_catalogs_are_refused(doc: str, why: str) -> None:
+    with pytest.raises(CatalogError, match=why):
+        build([("bad.yaml", doc)])
+
+
+def test_names_are_unique_within_a_catalog_and_across_files_catalogs_are_unique() -> None:
+    doc = "catalog: x\nsources: [s]\nentries:\n" + "".join(
+        "  - {name: a, texts: [b], kind: xid, severity: error, cause: null, role: symptom, hit: [b]}\n" for _ in range(2)
+    )
+    with pytest.raises(CatalogError, match="duplicate"):
+        build([("d.yaml", doc)])
+    ok = doc.split("  - ")[0] + "  - " + doc.split("  - ")[1]
+    with pytest.raises(CatalogError, match="defined twice"):
+        build([("a.yaml", ok), ("b.yaml", ok)])
+
+
+# -- the matcher ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entry, line", _cases("hit"))
+def test_hit_examples_match(entry, line: str) -> None:  # type: ignore[no-untyped-def]
+    assert entry.name in _names(line), f"{entry.catalog}:{entry.name} missed {line!r}"
+
+
+@pytest.mark.parametrize("entry, line", _cases("miss"))
+def test_miss_examples_do_not_match(entry, line: str) -> None:  # type: ignore[no-untyped-def]
+    assert entry.name not in _names(line), f"{entry.catalog}:{entry.name} matched its miss example {line!r}"
+
+
+def test_match_reports_the_number_found_and_the_span() -> None:
+    line = "node001:2718:3140 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.10.1.7<51234> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+    (hit,) = [h for h in match_text(line) if h.catalog == "nccl"]
+    assert (hit.name, hit.code, hit.cause, hit.role) == ("ib_completion_retry_exceeded", 12, "fabric_timeout", "cause")
+    assert hit.attrs["status"] == 12 and hit.attrs["vendor_err"] == 129 and hit.attrs["peer"] == "10.10.1.7<51234>"
+    assert line[hit.span[0]:hit.span[1]].startswith("Got completion from peer")
+    other = [h.name for h in match_text(line.replace("error 12,", "error 4,"))]
+    assert "ib_completion_error_other" in other and "ib_completion_retry_exceeded" not in other
+    xid = match_text("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=python3, DBE")
+    assert [(h.name, h.code, h.attrs["pci"]) for h in xid] == [("xid_memory_error", 48, "0000:3b:00")]
+    assert [h.name for h in match_text("NVRM: Xid (PCI:0000:3b:00): 45, pid=1, name=python3")] == ["xid_preemptive_cleanup"]
+
+
+def test_matching_is_case_sensitive_for_fixed_texts() -> None:
+    assert "cudaErrorECCUncorrectable" in _names("CUDA error: uncorrectable ECC error encountered")
+    assert _names("cuda error: UNCORRECTABLE ecc ERROR ENCOUNTERED") == []
+    assert "ESTALE" in _names("OSError: [Errno 116] Stale file handle")
+    assert "ESTALE" not in _names("TESTALERT raised")
+
+
+def test_short_api_strings_need_their_envelope() -> None:
+    assert "cudaErrorMemoryAllocation" in _names("RuntimeError: CUDA error: out of memory")
+    assert "cudaErrorMemoryAllocation" not in _names("the planner ran out of memory budget")
+    assert "cudaErrorUnknown" not in _names("unknown error in the config parser")
+
+
+# -- the prefilter -------------------------------------------------------------------------
+
+ALL_HITS = sorted({h for e in ENTRIES for h in e.hit})
+
+
+def test_prefilter_accepts_every_hit_in_polars_and_python() -> None:
+    pf = catalogs.PREFILTER
+    assert pf == SOURCE.prefilter
+    py = regex.compile(pf)
+    missed_py = [h for h in ALL_HITS if not py.search(h)]
+    assert not missed_py, missed_py[:5]
+    s = pl.Series("l", ALL_HITS)
+    missed_rust = s.filter(~s.str.contains(pf)).to_list()
+    assert not missed_rust, missed_rust[:5]
+
+
+def test_prefilter_is_literals_and_skips_chatter() -> None:
+    # Literal alternatives only: no classes, repetition or groups survive unescaped.
+    unescaped = regex.sub(r"\\.", "", catalogs.PREFILTER)
+    assert not set(unescaped) & set("()[]{}*+?^$"), "the prefilter must stay a union of literals"
+    chatter = [
+        "node004:51001:51102 [0] NCCL INFO Channel 00/0 : 8[0] -> 16[0] [send] via NET/IB/0/GDRDMA",
+        "node001:2718:2718 [3] NCCL INFO NCCL version 2.18.5+cuda12.2",
+        "node001:2718:2718 [3] NCCL INFO cudaDriverVersion 12020",
+        "node004:51001:51001 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.0.0.4<0>",
+        "node004:51001:51001 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.4<0>",
+        "node012:880:880 [1] NCCL INFO comm 0x55d1c0a3f2e0 rank 9 nranks 32 cudaDev 1 nvmlDev 1 busId 1b000 commId 0x6a1f3e29c0d4b711 - Init COMPLETE",
+        "node012:880:880 [1] NCCL INFO Using network IB",
+        "[rank0]: step 1200 loss 2.3141 lr 3.0e-4 tokens/s 812345",
+    ]
+    s = pl.Series("l", chatter)
+    assert s.str.contains(catalogs.PREFILTER).sum() == 0
+
+
+# -- envelopes -----------------------------------------------------------------------------
+
+ENVELOPES = {
+    "mpirun": lambda t: f"[1,2]<stderr>:{t}",
+    "k8s_cri": lambda t: f"2024-05-01T10:00:00.123Z stdout F {t}",
+    "journald": lambda t: f"Jun 17 20:18:08 host kernel: {t}",
+    "python_logging": lambda t: f"2024-05-01 10:00:00,123 - trainer - ERROR - {t}",
+    "grep_r": lambda t: f"path/file.log:{t}",
+    "grep_rn": lambda t: f"logs/node002/rank9.log:1042:{t}",
+    "tqdm_cr": lambda t: f" 41%|####1     | 410/1000 [05:12<07:30, 1.31it/s]\r 41%|####1     | 411/1000 [05:13<07:29]\r{t}",
+    "srun_torchrun": lambda t: f" 3: [default1]:[rank9]:{t}",
+}
+ONE_HIT_EACH = [pytest.param(e, e.hit[0], id=f"{e.catalog}:{e.name}") for e in ENTRIES]
+
+
+@pytest.mark.parametrize("envelope", sorted(ENVELOPES))
+def test_every_entry_matches_behind_every_envelope(envelope: str) -> None:
+    wrap = ENVELOPES[envelope]
+    missed = [f"{e.catalog}:{e.name}" for e in ENTRIES if e.name not in _names(wrap(e.hit[0]))]
+    assert not missed, f"{envelope}: {missed}"
+    s = pl.Series("l", [wrap(e.hit[0]) for e in ENTRIES])
+    assert s.str.contains(catalogs.PREFILTER).all(), envelope
+
+
+@pytest.mark.parametrize("entry, line", ONE_HIT_EACH)
+def test_a_line_cut_right_after_the_key_text_still_matches(entry, line: str) -> None:  # type: ignore[no-untyped-def]
+    m = entry.rx.search(line)
+    assert m is not None
+    cut = line[: m.end()]
+    assert entry.name in _names(cut), f"cut line {cut!r}"
+    for t in (k for k in entry.keys if k in line):
+        end = line.index(t) + len(t)
+        if entry.rx.search(line[:end]):  # literal texts: the text alone is the whole key
+            assert entry.name in _names(line[:end])
+
+
+def test_cut_nccl_completion_keeps_its_status() -> None:
+    line = "NCCL WARN NET/IB : Got completion from peer 10.10.1.7<51234> with error 12"
+    (h,) = [h for h in match_text(line) if h.catalog == "nccl"]
+    assert h.name == "ib_completion_retry_exceeded" and "vendor_err" not in h.attrs
+
+
+# -- the source ----------------------------------------------------------------------------
+
+def _parse(lines: list[str], **info) -> pl.DataFrame:  # type: ignore[no-untyped-def]
+    ctx = ParseContext(FileInfo("job/x.log", "x.log", **info), "catalog", ParseOptions(year=2026))
+    SOURCE.parse_lines(list(enumerate(lines, 1)), ctx)
+    assert not ctx.warnings
+    return ctx.frame()
+
+
+def test_source_never_claims_files() -> None:
+    assert SOURCE.sniff("RuntimeError: CUDA error: out of memory\n" * 50, "slurm-1.out") == 0.0
+
+
+def test_source_emits_one_event_per_hit_with_catalog_attrs() -> None:
+    df = _parse(["[1,5]<stderr>:RuntimeError: CUDA error: uncorrectable ECC error encountered", "nothing here"])
+    assert df.height == 1
+    row = df.row(0, named=True)
+    attrs = json.loads(row["attrs"])
+    assert {k: attrs[k] for k in ("catalog", "name", "code", "cause", "role")} == {
+        "catalog": "cuda", "name": "cudaErrorECCUncorrectable", "code": 214, "cause": "gpu_hardware", "role": "cause"}
+    assert (row["kind"], row["severity"], row["rank"], row["line"], row["source"]) == ("cuda_error", "critical", 5, 1, "catalog")
+    assert row["message"] == "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+def test_source_reads_time_host_rank_from_common_envelopes() -> None:
+    df = _parse([
+        "2024-05-01T10:00:00.123Z stdout F NVRM: Xid (PCI:0000:9a:00): 95, pid=1, name=python3, Uncontained: FBHUB.",
+        "Jun 17 20:18:08 node003 kernel: mlx5_core 0000:17:00.0: Port module event: module 0, Cable unplugged",
+        "2026-06-17T20:18:09.5+00:00 node004 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+        " 3: [default1]:[rank9]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
+        "logs/rank9.log:12:node002:51001:51187 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<4000> with error 12",
+        "[2026-03-02 14:05:11] node004:51001:51187 [0] misc/socket.cc:63 NCCL WARN socketProgress: Connection closed by remote peer node007<43210>",
+    ])
+    rows = df.to_dicts()
+    assert rows[0]["time"].isoformat() == "2024-05-01T10:00:00.123000+00:00" and rows[0]["time_quality"] == "exact"
+    assert rows[0]["gpu"] == "0000:9a:00.0" and rows[0]["kind"] == "xid"
+    assert rows[1]["host"] == "node003" and rows[1]["time"].isoformat().startswith("2026-06-17T20:18:08")
+    assert rows[1]["time_quality"] == "estimated"  # year-less local stamp, zone not known
+    assert rows[2]["host"] == "node004" and rows[2]["gpu"] == "0000:2b:00.0" and rows[2]["time_quality"] == "exact"
+    assert (rows[3]["rank"], rows[3]["local_rank"]) == (9, 1)
+    assert rows[4]["host"] == "node002" and rows[4]["pid"] == 51001 and rows[4]["message"].startswith("NCCL WARN NET/IB")
+    assert rows[5]["host"] == "node004" and rows[5]["time"] is not None
+
+
+def test_tqdm_glued_line_gives_the_hit_segment_as_message() -> None:
+    df = _parse(["epoch 3:  41%|####1 | 410/1000\repoch 3:  41%|####1 | 411/1000\rTERM_RUNLIMIT: job killed after reaching LSF run time limit."])
+    assert df["message"].to_list() == ["TERM_RUNLIMIT: job killed after reaching LSF run time limit."]
+
+
+def test_envelope_parser_keeps_unknown_text() -> None:
+    ctx = ParseContext(FileInfo("x", "x"), "catalog")
+    env = parse_envelope("free text: nothing to strip", ctx)
+    assert env.body == "free text: nothing to strip" and env.time is None and env.host is None
+
+
+def test_ingest_finds_catalog_texts_behind_envelopes(tmp_path: Path) -> None:
+    from crashscope.ingest import ingest
+
+    (tmp_path / "pod.log").write_text(
+        "2024-05-01T10:00:00.123Z stdout F step 10 loss 2.1\n"
+        + "node004:51001:51102 [0] NCCL INFO Channel 00/0 : 8[0] -> 16[0] [send] via NET/IB/0/GDRDMA\n" * 50
+        + "2024-05-01T10:00:05.000Z stderr F [1,2]<stderr>:RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    )
+    ev = ingest(tmp_path).events
+    cat = ev.filter(pl.col("source") == "catalog")
+    assert cat.height == 1
+    row = cat.row(0, named=True)
+    assert row["line"] == 52 and row["rank"] == 2 and json.loads(row["attrs"])["name"] == "cudaErrorECCUncorrectable"
