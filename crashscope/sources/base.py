@@ -528,6 +528,29 @@ class FileSource(Source):
         raise NotImplementedError
 
 
+MAX_JSON_DEPTH = 64  # real collector/sacct/torchelastic JSON nests fewer than 10 levels
+
+
+def load_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` for files a user wrote: nesting deeper than ``max_depth`` (which
+    would exhaust the stack here or in any later walk of the value) raises
+    ``json.JSONDecodeError`` like any other invalid JSON, never ``RecursionError``."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested too deeply (more than {max_depth} levels)", "", 0) from None
+    stack = [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > max_depth:
+            raise json.JSONDecodeError(f"nested too deeply (more than {max_depth} levels)", "", 0)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return obj
+
+
 def decode(data: bytes) -> tuple[str, bool]:
     """Decode bytes as UTF-8; returns (text, had_invalid_bytes)."""
     try:

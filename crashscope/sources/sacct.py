@@ -28,7 +28,6 @@ or seconds from JSON), name, reason, restarts, failed_node, user, format
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,7 +35,7 @@ import regex
 
 from crashscope.hostlist import expand
 from crashscope.schema import Kind, Severity, TimeQuality
-from crashscope.sources.base import MAX_EPOCH_S, FileSource, ParseContext, decode, iso_to_ns
+from crashscope.sources.base import MAX_EPOCH_S, FileSource, ParseContext, decode, iso_to_ns, load_json
 
 FAIL_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
                          "DEADLINE", "CANCELLED", "REVOKED"})
@@ -242,7 +241,7 @@ class SacctSource(FileSource):
     # -- json --------------------------------------------------------------------------------
     def _json(self, text: str, ctx: ParseContext) -> None:
         try:
-            obj = json.loads(text)
+            obj = load_json(text)
         except ValueError as e:
             ctx.warn(f"sacct: invalid JSON ({e.msg} at line {e.lineno})", e.lineno)
             return

@@ -28,7 +28,7 @@ from typing import Any
 import regex
 
 from crashscope.schema import Kind, Severity
-from crashscope.sources.base import FileSource, ParseContext, decode
+from crashscope.sources.base import FileSource, ParseContext, decode, load_json
 from crashscope.sources.pytorch import _NCCL_ERR
 
 _TYPE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ?(?P<text>.*)$", regex.DOTALL)
@@ -52,7 +52,7 @@ class TorchelasticSource(FileSource):
         if '"timestamp"' in head:
             # legacy {"message": "<str>", "timestamp": <int>}: check it really is that shape
             try:
-                obj = json.loads(head)
+                obj = load_json(head)
             except ValueError:
                 return 0.5
             if isinstance(obj, dict) and isinstance(obj.get("message"), str) and "timestamp" in obj:
@@ -66,7 +66,7 @@ class TorchelasticSource(FileSource):
         if not text.strip():
             return
         try:
-            obj = json.loads(text)
+            obj = load_json(text)
         except ValueError as e:
             ctx.warn(f"torchelastic: not valid JSON ({e.msg})", getattr(e, "lineno", None), text[:80])
             return

@@ -54,13 +54,12 @@ Events:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import regex
 
 from crashscope.schema import Kind, TimeQuality
-from crashscope.sources.base import FileSource, ParseContext, decode, iso_to_ns
+from crashscope.sources.base import FileSource, ParseContext, decode, iso_to_ns, load_json
 
 # pip/conda package (normalized: lower case, runs of -_. as "-") -> component
 _PIP_COMPONENTS: dict[str, str] = {
@@ -299,12 +298,12 @@ def _parse_text(text: str, ctx: ParseContext) -> None:
 
 def _first_json(text: str) -> Any:
     try:
-        return json.loads(text)
+        return load_json(text)
     except ValueError:
         pass
     first = text.split("\n", 1)[0]
     try:
-        return json.loads(first)
+        return load_json(first)
     except ValueError:
         return None
 
@@ -313,14 +312,14 @@ def _parse_json(text: str, ctx: ParseContext) -> bool:
     """True when the text was collector JSON (a whole object/array, or JSON lines)."""
     objs: list[tuple[int, Any]] = []
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
         objs = [(1, o) for o in (doc if isinstance(doc, list) else [doc])]
     except ValueError:
         for n, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:
-                objs.append((n, json.loads(line)))
+                objs.append((n, load_json(line)))
             except ValueError:
                 if objs:
                     ctx.warn("unparsed collector JSON line", n, line)
