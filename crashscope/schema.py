@@ -77,6 +77,7 @@ class Kind(str, Enum):
     CHECKPOINT = "checkpoint"  # app-level save; attrs: phase(start|end), path, iteration
     TRAIN_STEP = "train_step"  # app-level iteration; attrs: step, step_ms
     LOG_ERROR = "log_error"  # any other error/warning line worth showing
+    ACTIVITY = "activity"  # applog: a rank's last time-stamped line in a file; attrs: first_time, last_time, lines, last_message, last_step
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)

@@ -40,8 +40,9 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
 * process_exit: exitcode, signal (when negative), local_rank, pid, binary, agent_pid
 * root_cause_report: root, time_text, host, rank, local_rank, exitcode, signal, pid, error_file,
   traceback (first line), error (last exception line of a multi-line traceback), name
-* checkpoint (Megatron-LM): phase start|end, iteration, path, format
-* train_step (Megatron-LM): step, train_iters, step_ms
+
+Application lines (Megatron-LM iteration and checkpoint lines, every trainer's progress) are the
+``applog`` source's, not this one's.
 """
 
 from __future__ import annotations
@@ -89,9 +90,6 @@ _PREFILTER_PARTS = (
     r"NO_OTHER_FAILURES",
     r"(?:time      |host      |rank      |exitcode  |error_file|traceback ): ",
     r"={30}",
-    r"saving checkpoint at iteration",
-    r"saved checkpoint (?:from|at) iteration",
-    r"elapsed time per iteration \(ms\)",
     r"failed to pass monitoredBarrier",
     r"Connection closed by peer",
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
@@ -207,16 +205,6 @@ _RC_FIELD = regex.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceb
 _RC_BORDER = regex.compile(r"^={20,}\s*$")
 _RC_RANK = regex.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
 _RC_EXIT = regex.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
-
-_MEG_SAVE = regex.compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<fmt>\S+) format)?")
-# "from iteration" (Megatron-LM >= 2023), "at iteration" (older releases)
-_MEG_SAVED = regex.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<path>\S+)")
-_MEG_ITER = regex.compile(
-    r"""^\s*(?:\[(?P<ts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\]\s*)?     # newer Megatron: local wall time
-        iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|
-        .*?elapsed\ time\ per\ iteration\ \(ms\):\ (?P<ms>[\d.]+)""",
-    regex.VERBOSE,
-)
 
 _SEV = {"F": Severity.CRITICAL, "C": Severity.CRITICAL, "E": Severity.ERROR, "W": Severity.WARNING,
         "I": Severity.INFO, "V": Severity.DEBUG, "D": Severity.DEBUG}
@@ -561,26 +549,6 @@ class _Parser:
             if pid:
                 attrs["agent_pid"] = pid
             self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=pid, attrs=attrs, **base))
-            return
-
-        # app lines (Megatron-LM)
-        if mm := _MEG_SAVED.search(msg):
-            self.add(_Ev(Kind.CHECKPOINT, message=short, severity=Severity.INFO,
-                         attrs={"phase": "end", "iteration": int(mm.group("it")), "path": mm.group("path")}, **base))
-            return
-        if mm := _MEG_SAVE.search(msg):
-            attrs = {"phase": "start", "iteration": int(mm.group("it")), "path": mm.group("path")}
-            if mm.group("fmt"):
-                attrs["format"] = mm.group("fmt")
-            self.add(_Ev(Kind.CHECKPOINT, message=short, severity=Severity.INFO, attrs=attrs, **base))
-            return
-        if mm := _MEG_ITER.match(msg):
-            b = dict(base)
-            if mm.group("ts") and b["time"] is None:
-                b["time"], b["tq"] = iso_to_ns(mm.group("ts"), self.ctx)
-            self.add(_Ev(Kind.TRAIN_STEP, message=short, severity=Severity.INFO,
-                         attrs={"step": int(mm.group("it")), "train_iters": int(mm.group("total")),
-                                "step_ms": float(mm.group("ms"))}, **b))
             return
 
         if "CUDA error: " in msg:

@@ -252,7 +252,9 @@ def test_no_other_failures_gives_only_the_root():
     assert rows[0]["attrs"]["exitcode"] == 1 and rows[0]["host"] == "node001"
 
 
-def test_megatron_checkpoint_and_step():
+def test_megatron_checkpoint_and_step_are_applog_lines():
+    # Application progress and checkpoint lines belong to the applog source (one owner);
+    # tests/sources/test_applog.py checks what it reads from them.
     text = (
         " iteration      100/    1000 | consumed samples:        12800 | elapsed time per iteration (ms): 1234.5 |"
         " learning rate: 1.500E-04 |\n"
@@ -260,10 +262,10 @@ def test_megatron_checkpoint_and_step():
         "  successfully saved checkpoint from iteration     100 to /lustre/ckpt/gpt\n"
     )
     rows, _ = _rows(text)
-    assert [(r["kind"], r["attrs"].get("phase")) for r in rows] == [
+    assert rows == []
+    df, _ = parse_text("applog", text, options=UTC_OPTS)
+    assert [(k, json.loads(a).get("phase")) for k, a in zip(df["kind"], df["attrs"])] == [
         ("train_step", None), ("checkpoint", "start"), ("checkpoint", "end")]
-    assert rows[0]["attrs"]["step"] == 100 and rows[0]["attrs"]["step_ms"] == 1234.5
-    assert rows[2]["attrs"]["iteration"] == 100 and rows[2]["attrs"]["path"] == "/lustre/ckpt/gpt"
 
 
 def test_truncated_and_garbage_lines_never_raise():
