@@ -40,8 +40,19 @@ def _known(v: Any) -> bool:
     return v is not None and v != "" and v != "?"
 
 
-def _t(v: Any, limit: int | None = None) -> str:
+FIELD_LIMIT = 300  # host names, file names, ids, rule names: cut here in every view
+
+
+def _t(v: Any, limit: int | None = FIELD_LIMIT) -> str:
     return escape_controls(v, limit)
+
+
+def _mdt(v: Any, limit: int | None = FIELD_LIMIT) -> str:
+    return md_text(v, limit)
+
+
+def _mdc(v: Any, limit: int | None = FIELD_LIMIT, *, table: bool = False) -> str:
+    return md_code(v, limit, table=table)
 
 
 def _time(v: Any, *, short: bool = False) -> str:
@@ -310,31 +321,31 @@ def render_markdown(report: Report, **_: Any) -> str:
     """For tickets: plain Markdown, evidence as file:line, no colors. Every value is escaped
     (:func:`md_text`) or a code span (:func:`md_code`), so log text never makes structure."""
     job = report.job or {}
-    out = [f"# crashscope: {md_code(report.cause) or UNKNOWN} (confidence {report.confidence:.2f})", "", md_text(_job_line(job)) + "."]
+    out = [f"# crashscope: {_mdc(report.cause) or UNKNOWN} (confidence {report.confidence:.2f})", "", _mdt(_job_line(job)) + "."]
     if report.summary:
-        out += ["", md_text(report.summary, 2000)]
+        out += ["", _mdt(report.summary, 2000)]
     imp = report.implicated or {}
-    nodes = ", ".join(md_text(n) for n in imp.get("nodes") or [] if _known(n))
-    gpus = ", ".join(md_text(_gpu(g)) for g in imp.get("gpus") or [] if _gpu(g))
+    nodes = ", ".join(_mdt(n) for n in imp.get("nodes") or [] if _known(n))
+    gpus = ", ".join(_mdt(_gpu(g)) for g in imp.get("gpus") or [] if _gpu(g))
     if nodes or imp.get("ranks") or gpus:
         out += ["", "| implicated | |", "|---|---|"]
         out += [f"| nodes | {nodes or '-'} |", f"| ranks | {_ranks(imp.get('ranks') or []) or '-'} |", f"| GPUs | {gpus or '-'} |"]
     if report.alternatives:
-        out += ["", "Alternatives: " + ", ".join(f"{md_code(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives if isinstance(a, dict))]
+        out += ["", "Alternatives: " + ", ".join(f"{_mdc(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives if isinstance(a, dict))]
     ff = report.first_failure
     if isinstance(ff, dict) and ff:
         where = _where(ff.get("node"), ff.get("rank"))
-        src = f" ({md_text(ff.get('source'))})" if _known(ff.get("source")) else ""
-        out += ["", "## First failure", "", f"{md_text(_time(ff.get('time')) or 'time unknown')}{' on ' + md_text(where) if where else ''}{src}:", ""]
+        src = f" ({_mdt(ff.get('source'))})" if _known(ff.get("source")) else ""
+        out += ["", "## First failure", "", f"{_mdt(_time(ff.get('time')) or 'time unknown')}{' on ' + _mdt(where) if where else ''}{src}:", ""]
         out += md_fence(ff.get("message"), FULL_MESSAGE)
         loc = _loc(ff.get("file"), ff.get("line"))
         if loc:
-            out.append(f"at {md_code(loc)}")
+            out.append(f"at {_mdc(loc)}")
     if report.evidence:
         out += ["", "## Evidence", "", "| time (UTC) | node | rank | rule | file:line | line |", "|---|---|---|---|---|---|"]
         for e in report.evidence[:25]:
-            rank = "" if e.rank is None else md_text(e.rank)
-            out.append(f"| {md_text(_time(e.time))} | {md_text(e.node)} | {rank} | {md_text(e.rule)} ({md_text(e.role)}) | {md_code(_loc(e.file, e.line), table=True)} | {md_code(e.message, 160, table=True)} |")
+            rank = "" if e.rank is None else _mdt(e.rank)
+            out.append(f"| {_mdt(_time(e.time))} | {_mdt(e.node)} | {rank} | {_mdt(e.rule)} ({_mdt(e.role)}) | {_mdc(_loc(e.file, e.line), table=True)} | {_mdc(e.message, 160, table=True)} |")
     if report.symptoms:
         out += ["", "## Collapsed symptoms", ""]
         for s in report.symptoms[:8]:
@@ -344,22 +355,22 @@ def render_markdown(report: Report, **_: Any) -> str:
             on = _symptom_on(s)
             miss = _ranks(s.get("missing_ranks") or [])
             loc = _loc(first.get("file"), first.get("line"))
-            out.append(f"- {md_text(s.get('count'))}x {md_text(s.get('kind'))}{' ' + on if on else ''}: {md_code(first.get('message'), 120)}"
-                       + (f" (first {md_code(loc)})" if loc else "") + (f"; not reported by ranks {miss}" if miss else ""))
+            out.append(f"- {_mdt(s.get('count'))}x {_mdt(s.get('kind'))}{' ' + on if on else ''}: {_mdc(first.get('message'), 120)}"
+                       + (f" (first {_mdc(loc)})" if loc else "") + (f"; not reported by ranks {miss}" if miss else ""))
     if report.co_occurring:
         out += ["", "## Also seen in the correlation window", ""]
         for c in report.co_occurring:
             if not isinstance(c, dict):
                 continue
-            nodes = ", ".join(md_text(n) for n in c.get("nodes") or [] if _known(n))
+            nodes = ", ".join(_mdt(n) for n in c.get("nodes") or [] if _known(n))
             loc = _loc(c.get("file"), c.get("line"))
-            out.append(f"- {md_code(c.get('cause'))}: {md_text(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({md_code(loc)})" if loc else ""))
+            out.append(f"- {_mdc(c.get('cause'))}: {_mdt(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({_mdc(loc)})" if loc else ""))
     if report.actions:
-        out += ["", "## Recommended actions", ""] + [f"- {md_text(a, 1000)}" for a in report.actions]
+        out += ["", "## Recommended actions", ""] + [f"- {_mdt(a, 1000)}" for a in report.actions]
     if report.missing:
-        out += ["", "## Missing data", ""] + [f"- {md_text(m, 1000)}" for m in report.missing]
+        out += ["", "## Missing data", ""] + [f"- {_mdt(m, 1000)}" for m in report.missing]
     if report.warnings:
-        out += ["", f"## Warnings ({len(report.warnings)})", ""] + [f"- {md_text(w, 1000)}" for w in report.warnings[:30]]
+        out += ["", f"## Warnings ({len(report.warnings)})", ""] + [f"- {_mdt(w, 1000)}" for w in report.warnings[:30]]
     return "\n".join(out) + "\n"
 
 

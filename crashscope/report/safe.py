@@ -25,23 +25,17 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-# Cc (C0, DEL, C1), Cf format chars that matter for display (bidi, zero width, BOM, soft
-# hyphen, invisible operators, interlinear annotation, tag characters), Zl/Zp separators,
-# surrogates (lone ones come from surrogateescape decoding), noncharacters U+FFFE/U+FFFF.
-_UNSAFE = re.compile(
-    "["
-    "\x00-\x1f\x7f-\x9f"
-    "\u00ad\u061c\u180e"
-    "\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\ufeff\ufff9-\ufffb\ufffe\uffff"
-    "\ud800-\udfff"
-    "\U000e0000-\U000e007f"
-    "]"
-)
+import regex
+
+# Every control (Cc: C0, DEL, C1), format character (Cf: bidi embeddings, overrides and
+# isolates, zero-width space/joiners, BOM, soft hyphen, tag characters, ...), line and
+# paragraph separator (Zl, Zp) and surrogate (Cs: lone ones come from surrogateescape
+# decoding), plus the noncharacters U+FFFE/U+FFFF.
+_UNSAFE = regex.compile(r"[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}\uFFFE\uFFFF]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _escape_char(m: re.Match[str]) -> str:
+def _escape_char(m: Any) -> str:
     c = m.group(0)
     if c in _NAMED:
         return _NAMED[c]
@@ -121,14 +115,12 @@ def md_fence(value: Any, limit: int | None = None) -> list[str]:
 # --- JSON ---------------------------------------------------------------------------------
 
 # Characters json.dumps(ensure_ascii=False) leaves raw but a terminal may act on (DEL, C1)
-# or that reorder/hide text (bidi, zero width), and lone surrogates (not encodable).
-_JSON_UNSAFE = re.compile(
-    "[\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff]|[\U000e0000-\U000e007f]"
-)
+# or that reorder/hide text (format characters, separators), and lone surrogates (not
+# encodable). json.dumps already escapes C0.
+_JSON_UNSAFE = regex.compile(r"[\x7f-\x9f\p{Cf}\p{Cs}\p{Zl}\p{Zp}\uFFFE\uFFFF]")
 
 
-def _json_escape(m: re.Match[str]) -> str:
+def _json_escape(m: Any) -> str:
     c = m.group(0)
     o = ord(c)
     if o < 0x10000:
