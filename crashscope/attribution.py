@@ -41,6 +41,7 @@ AFTER_SYMPTOM_FACTOR = 0.6  # in the window but after the first symptom
 MIN_CAUSE_SCORE = 0.3  # below this the rules alone do not name a cause
 RULES_SHARE = 0.65  # blend: rules vs classifier
 UNKNOWN_CONFIDENCE_CAP = 0.5
+NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
 
 CAUSE_TITLES = {
@@ -106,10 +107,21 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         report.summary = "No recognizable log line was found, so nothing can be said about this job."
         return
     if not failed and outcome in (None, "COMPLETED"):
-        report.cause = "none"
-        report.confidence = 0.95 if outcome == "COMPLETED" else 0.7
-        report.summary = "The job completed normally." if outcome == "COMPLETED" else "No failure signal in the logs (no error exits, timeouts or scheduler kills)."
+        success = outcome == "COMPLETED" or _clean_exits(ev)
         report.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
+        if success:
+            report.cause = "none"
+            report.confidence = 0.95 if outcome == "COMPLETED" else 0.8
+            report.summary = "The job completed normally." if outcome == "COMPLETED" else "Every process exited with code 0 and no failure signal was found."
+            return
+        # "none" needs a success signal; logs that say neither are not a clean run.
+        report.cause = "unknown"
+        report.confidence = NO_SIGNAL_CONFIDENCE
+        report.summary = (
+            "No failure signal was found, but nothing says the job finished either (no exit status, "
+            "no scheduler record): the logs may be cut, or the failing lines are in files that were not collected."
+        )
+        report.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
         return
 
     dist = _blend(per_cause, clf)
@@ -307,6 +319,21 @@ def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
         if (code not in (None, 0, "0")) or d.get("signal"):
             return True
     return False
+
+
+def _clean_exits(ev: pl.DataFrame) -> bool:
+    """Launcher exit records exist and every one says exit code 0 (no signal)."""
+    exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)["attrs"].drop_nulls().to_list()
+    codes = []
+    for a in exits:
+        try:
+            d = json.loads(a)
+        except ValueError:
+            continue
+        if d.get("signal"):
+            return False
+        codes.append(d.get("exitcode"))
+    return bool(codes) and all(c in (0, "0") for c in codes)
 
 
 def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str, float]:

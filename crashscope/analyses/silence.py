@@ -61,7 +61,7 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     loss = bad.filter(pl.col("kind").cast(pl.String).is_in(PEER_LOSS_KINDS))
     if loss.height == 0:
         return []
-    seen = set(int(r) for r in own["rank"].unique().to_list())
+    seen = set(int(r) for r in own["rank"].unique().to_list()) | _exited_ranks(events)
     reporters = set(int(r) for r in bad["rank"].unique().to_list())
     named = _named_lagging(loss)
     silent = sorted((seen - reporters) | named)
@@ -69,13 +69,20 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return []
     host_of = _host_of(ev)
     last = _last_own_event(own, silent)
-    # A rank named by the barrier but absent from the logs: the naming line is the evidence.
-    naming = loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
+    # A rank with no line of its own (its log died with it): the line that names it (the
+    # launcher's exit record, the barrier report) is the evidence.
+    naming = events.filter(pl.col("kind").is_in([Kind.PROCESS_EXIT.value, Kind.DESYNC_REPORT.value])).with_columns(
+        pl.col("time").dt.epoch("ns").alias("_t")
+    )
     for r in silent:
-        if r not in last and naming.height:
-            row = dict(naming.row(0, named=True))
-            row["_named"] = r
-            last[r] = row
+        if r in last:
+            continue
+        for row in naming.iter_rows(named=True):
+            a = _attrs(row["attrs"])
+            if row["rank"] == r or r in (a.get("tasks") or []) or r in (a.get("lagging_ranks") or []):
+                last[r] = dict(row, rank=r)
+                break
+    silent = [r for r in silent if r in last]
     ranks_on: dict[str, set[int]] = defaultdict(set)
     for r in seen:
         if host_of.get(r):
@@ -114,6 +121,17 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
             ),
         )
     ]
+
+
+def _exited_ranks(events: pl.DataFrame) -> set[int]:
+    """Ranks the launcher saw exit (srun's ``task 3: Killed``, torchrun's failed worker):
+    they existed even when their own log was lost with them."""
+    ex = events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
+    out = set(int(r) for r in ex["rank"].drop_nulls().to_list())
+    if not events.filter(pl.col("local_rank").is_not_null()).height:
+        for a in ex.filter(pl.col("source") == "slurm")["attrs"].drop_nulls().to_list():
+            out.update(t for t in (_attrs(a).get("tasks") or [])[:100_000] if isinstance(t, int))
+    return out
 
 
 def _named_lagging(loss: pl.DataFrame) -> set[int]:
