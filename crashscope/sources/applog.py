@@ -85,11 +85,16 @@ EXCERPT = 240
 _NOT_NCCL_TOKEN = (
     r"(?:[^\s:]*(?:\s|$)|[^\s:]*:[^\d]|[^\s:]*:\d+(?:[^\d:]|$)|[^\s:]*:\d+:(?:[^\d]|$)|[^\s:]*:\d+:\d+[^\d\s])"
 )
+# Launcher prefixes a stamp may follow, spelled out (a free ".{0,64}?" costs 4x more on chatter):
+# srun -l "12: ", torchrun "[default3]:", "[rank3]:", mpirun "[1,3]<stdout>:", "[titan] ", "[NeMo I ", "[".
+_STAMP_PREFIX = r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*(?:\[titan\] |\[NeMo [DIWEC] |\s*\[)?"
 _PREFILTER_PARTS = (
+    _STAMP_PREFIX + r"(?:"
     # ISO / python logging asctime / Megatron / loguru
-    r"^.{0,64}?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?\]?(?:$|[^\s\].,\d]|\s+" + _NOT_NCCL_TOKEN + ")",
-    r"^.{0,64}?\d\d/\d\d/\d{4} \d\d:\d\d:\d\d",  # HF examples datefmt="%m/%d/%Y %H:%M:%S"
-    r"^.{0,64}?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d",  # glog / c10 (year-less)
+    r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?\]?(?:$|[^\s\].,\d]|\s+" + _NOT_NCCL_TOKEN + ")"
+    r"|\d\d/\d\d/\d{4} \d\d:\d\d:\d\d"  # HF examples datefmt="%m/%d/%Y %H:%M:%S"
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d"  # glog / c10 (year-less)
+    r")",
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^\s:]+:",  # logging.basicConfig() default
     r"elapsed time per iteration",
     r"iteration \d+/\d+ \|",
