@@ -29,10 +29,12 @@ brackets, Python logging ``YYYY-MM-DD HH:MM:SS,mmm``), journald/syslog
 Kinds: each hit's catalog ``kind`` (cuda_error, cuda_oom, nccl_error, network_error, xid,
 link_event, host_oom, job_state, job_cancel, node_state, process_exit, exception,
 log_error, comm_abort). attrs: catalog, name, code, cause (taxonomy label or null), role
-(cause|symptom|context), plus what the entry's pattern captured (status, vendor_err, peer,
-pci, signal, exit_code, errno, ...). The gpu column is set from a captured PCI address.
-One event per hit: a line may hold several (``Cuda failure 'out of memory'`` is both the
-CUDA error and an OOM). Other sources may parse the same line; the caller de-duplicates.
+(cause|symptom|context), mono/boot for dmesg boot-relative stamps (as the kernel source),
+plus what the entry's pattern captured (status, vendor_err, peer, pci, signal, exit_code,
+errno, ...). The gpu column is set from a captured PCI address.
+One event per hit and (catalog, cause, role): a line may hold several (``NCCL error ...
+unhandled cuda error ... Cuda failure 2 'out of memory'`` is an NCCL symptom and a CUDA
+OOM). Other sources may parse the same line; the caller de-duplicates.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ _BSD = regex.compile(
     rf"^(?P<mon>{_MON}) {{1,2}}(?P<d>\d{{1,2}}) (?P<hh>\d\d):(?P<mm>\d\d):(?P<ss>\d\d)(?:\.(?P<frac>\d{{1,9}}))? "
 )
 _HOST_IDENT = regex.compile(r"^(?P<host>[\w.:-]+) (?P<ident>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
-_MONO = regex.compile(r"^\[\s*\d+\.\d{1,9}\]\s?")
+_MONO = regex.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
 _MPI = regex.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
 _NCCL = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 # Python logging: "%(asctime)s - %(name)s - %(levelname)s - " and basicConfig "LEVEL:name:".
@@ -74,6 +76,7 @@ class Envelope:
     rank: int | None = None
     local_rank: int | None = None
     pid: int | None = None
+    mono_us: int | None = None  # dmesg "[ sec.usec]": seconds since boot
 
 
 def _frac_ns(frac: str | None) -> int:
@@ -121,6 +124,8 @@ def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
             rest = rest[m.end():]
             continue
         if m := _MONO.match(rest):
+            if env.mono_us is None:
+                env.mono_us = int(m.group("sec")) * 1_000_000 + _frac_ns(m.group("frac")) // 1000
             rest = rest[m.end():]
             continue
         if m := _MPI.match(rest):
@@ -168,14 +173,23 @@ class CatalogSource(LineSource):
 
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         cats = catalogs.load()
+        clock = {"boot": 0, "last": -1}
 
         def on_line(n: int, text: str) -> None:
             hits = catalogs.match_text(text, cats)
             if not hits:
                 return
             env = parse_envelope(text.split("\r", 1)[0], ctx)
+            mono: dict[str, Any] = {}
+            if env.mono_us is not None:
+                # Like the kernel source: boot-relative seconds for the timeline to convert,
+                # and a boot counter that moves when the clock restarts (a reboot).
+                if env.mono_us < clock["last"]:
+                    clock["boot"] += 1
+                clock["last"] = env.mono_us
+                mono = {"mono": f"{env.mono_us // 1_000_000}.{env.mono_us % 1_000_000:06d}", "boot": clock["boot"]}
             for h in hits:
-                attrs: dict[str, Any] = {"catalog": h.catalog, "name": h.name, "code": h.code, "cause": h.cause, "role": h.role}
+                attrs: dict[str, Any] = {"catalog": h.catalog, "name": h.name, "code": h.code, "cause": h.cause, "role": h.role, **mono}
                 for k, v in h.attrs.items():
                     attrs.setdefault(k, v)
                 gpu = normalize_pci(str(h.attrs["pci"])) if h.attrs.get("pci") else None
