@@ -358,7 +358,7 @@ def _ingest_entry(
         for w in ctx.warnings:
             warnings.append(str(w))
         if ctx.repeated:
-            rec.note = rec.note or f"{ctx.repeated} repeated identical events folded into their first occurrence"
+            rec.note = rec.note or f"{ctx.repeated} repeated identical events folded (attrs.repeat)"
         if ctx.suppressed_warnings:
             warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
         rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
@@ -604,6 +604,52 @@ class _Feed:
         self._thread.join()
 
 
+# A run of byte-identical lines (one source's hits, consecutive) reaches the source only
+# up to this many lines; the rest are counted onto the event of the last line passed.
+RUN_FOLD_AFTER = 8
+
+
+@dataclass(slots=True)
+class _Runs:
+    """Run-length state of one source's hit lines across blocks."""
+
+    last: str | None = None  # text of the last hit line
+    pos: int = 0  # its 0-based position in its run of identical lines
+    kth: int | None = None  # line number of the run's RUN_FOLD_AFTER-th line, once seen
+    extra: dict[int, list[int]] = field(default_factory=dict)  # kth line -> [lines folded, last line]
+
+
+def _fold_runs(f: pl.DataFrame, st: _Runs, watch: set[int]) -> pl.DataFrame:
+    """Drop the lines of ``f`` past the RUN_FOLD_AFTER-th of a run of identical lines,
+    counting them in ``st.extra`` under the run's last passed line (added to ``watch``)."""
+    k = RUN_FOLD_AFTER
+    same = pl.col("l") == pl.col("l").shift(1)
+    df = f.with_columns(same.fill_null(pl.lit(st.last is not None) & (pl.col("l") == (st.last or ""))).alias("_s"))
+    if not df["_s"].any():
+        st.last, st.pos, st.kth = f["l"][-1], 0, None
+        return f
+    df = df.with_columns((~pl.col("_s")).cum_sum().alias("_r"))
+    carried = st.pos + 1 if df["_s"][0] else 0  # run 0 continues the previous block's last run
+    df = df.with_columns((pl.int_range(pl.len()).over("_r") + pl.when(pl.col("_r") == 0).then(carried).otherwise(0)).alias("_p"))
+    kth = dict(df.filter(pl.col("_p") == k - 1).select("_r", "n").iter_rows())
+    if carried and 0 not in kth and st.kth is not None:
+        kth[0] = st.kth
+    watch.update(int(v) for v in kth.values())
+    drop = df.filter(pl.col("_p") >= k)
+    if drop.height:
+        for run, cnt, last in drop.group_by("_r").agg(pl.len(), pl.col("n").max()).iter_rows():
+            kn = kth.get(run)
+            if kn is None:
+                continue
+            e = st.extra.setdefault(int(kn), [0, 0])
+            e[0] += int(cnt)
+            e[1] = max(e[1], int(last))
+    tail = df.row(-1, named=True)
+    st.last, st.pos = tail["l"], int(tail["_p"])
+    st.kth = int(kth[tail["_r"]]) if tail["_r"] in kth else None
+    return df.filter(pl.col("_p") < k).select("n", "l")
+
+
 def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord, budget: "Budget | None" = None):  # type: ignore[no-untyped-def]
     """Scan a text file block by block and give every line source its hits.
 
@@ -616,6 +662,7 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
     held: dict[int, list[pl.DataFrame]] = {}  # source index -> hit frames not yet parsed
     feeds: dict[int, _Feed] = {}
     ctxs: dict[int, ParseContext] = {}
+    runs: dict[int, _Runs] = {}
     streaming = False
     bad_utf8 = False
     blocks = 0
@@ -632,11 +679,13 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
                     if not mine.height:
                         continue
                     bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())
-                    held.setdefault(i, []).append(mine)
+                    if i not in ctxs:
+                        ctxs[i] = ParseContext(info, src.name, options)
+                        runs[i] = _Runs()
+                    held.setdefault(i, []).append(_fold_runs(mine, runs[i], ctxs[i].watch_lines))
             if streaming:
                 for i, frames in held.items():
                     if i not in feeds:
-                        ctxs[i] = ParseContext(info, _PER_SOURCE[i][0].name, options)
                         feeds[i] = _Feed(_PER_SOURCE[i][0], ctxs[i])
                     for f in frames:
                         feeds[i].put(f)
@@ -646,11 +695,13 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
             feed.close()
     for i in sorted(held):
         if held[i] and i not in feeds:
-            ctxs[i] = ParseContext(info, _PER_SOURCE[i][0].name, options)
             _PER_SOURCE[i][0].parse_lines(list(_iter_hits(held[i])), ctxs[i])
     for feed in feeds.values():
         if feed.error is not None:
             raise feed.error
+    for i, st in runs.items():
+        for line, (count, last) in st.extra.items():
+            ctxs[i].add_repeats(line, count, last)
     out = [ctxs[i] for i in sorted(ctxs)]
     if notes or bad_utf8:
         ctx = ParseContext(info, rec.kind, options)

@@ -105,6 +105,10 @@ class ParseContext:
         self._ranks: set[int] = set()
         self._gpus: set[str] = set()
         self._dropped: set[str] = set()
+        # Lines standing for a run of identical lines the ingest did not pass on (see
+        # ingest._fold_runs): the row their event went to, to count the run onto.
+        self.watch_lines: set[int] = set()
+        self._line_rows: dict[int, dict[str, Any]] = {}
 
     # -- output -------------------------------------------------------------------------
     def emit(
@@ -163,6 +167,8 @@ class ParseContext:
         seen = self._seen.get(key)
         if seen is not None and seen[0] >= FOLD_AFTER:
             last = seen[1]
+            if line is not None and line in self.watch_lines:
+                self._line_rows.setdefault(line, last)
             rep = self._repeats.get(id(last))
             if rep is None:
                 rep = self._repeats[id(last)] = [last, 1, None, None]
@@ -195,7 +201,22 @@ class ParseContext:
         else:
             seen[0] += 1
             seen[1] = row
+        if line is not None and line in self.watch_lines:
+            self._line_rows.setdefault(line, row)
         self.rows.append(row)
+
+    def add_repeats(self, line: int, count: int, last_line: int) -> None:
+        """``count`` more occurrences, up to ``last_line``, of the event emitted for ``line``
+        (identical lines the ingest folded before parsing; their time is that line's)."""
+        row = self._line_rows.get(line)
+        if row is None or count <= 0:
+            return
+        rep = self._repeats.get(id(row))
+        if rep is None:
+            rep = self._repeats[id(row)] = [row, 1, None, None]
+        rep[1] += count
+        rep[2] = rep[2] if rep[2] is not None else row["time"]
+        rep[3] = max(rep[3] or 0, last_line)
 
     @property
     def repeated(self) -> int:
@@ -214,6 +235,7 @@ class ParseContext:
             row["attrs"] = json.dumps(a, separators=(",", ":"), default=str)
         self._repeats.clear()
         self._seen.clear()
+        self._line_rows.clear()
         return self.rows
 
     # -- bounds on identity fields ---------------------------------------------------------
