@@ -21,13 +21,17 @@ import json
 import os
 import unicodedata
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from crashscope.analyze import analyze
 from crashscope.report.model import Report
-from crashscope.report.render import RENDERERS, render_json, render_markdown, render_terminal
+from crashscope.report.render import (
+    RENDERERS,
+    render_json,
+    render_markdown,
+    render_terminal,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

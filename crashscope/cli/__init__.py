@@ -49,7 +49,7 @@ def _one_line(text: str) -> str:
 class CrashscopeGroup(TyperGroup):
     """Runs every command with one error policy: one line and an exit code."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,  # type: ignore[override]
              standalone_mode: bool = True, **extra: Any) -> Any:
         code: Any = 0
         try:

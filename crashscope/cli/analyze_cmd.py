@@ -134,9 +134,14 @@ class _Progress:
         self._progress: Any = None
         self._task: Any = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TransferSpeedColumn,
+            )
 
             self._progress = Progress(TextColumn("{task.description}", markup=False, style="dim"), BarColumn(),
                                       TextColumn("{task.completed:,.0f} B", markup=False), TransferSpeedColumn(), transient=True)
@@ -159,7 +164,7 @@ def _run_analysis(directory: Path, **kw: Any) -> Any:
     try:
         from crashscope.analyze import analyze as run
     except ImportError as e:  # a source or stage module failed to import
-        from crashscope.errors import CrashscopeError, EXIT_INTERNAL
+        from crashscope.errors import EXIT_INTERNAL, CrashscopeError
 
         raise CrashscopeError(f"crashscope is broken: a module failed to import ({e}); reinstall it", exit_code=EXIT_INTERNAL) from None
     return run(directory, **kw)

@@ -56,7 +56,7 @@ class Report:
         return ordered
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Report":
+    def from_dict(cls, d: dict[str, Any]) -> Report:
         """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
         ignored, missing ones take their defaults, so older and newer reports load."""
         names = {f.name for f in fields(cls)}
@@ -76,7 +76,7 @@ class Report:
         kw.setdefault("job", {})
         return cls(evidence=evidence, **kw)
 
-    def map_strings(self, fn: Callable[[str], str]) -> "Report":
+    def map_strings(self, fn: Callable[[str], str]) -> Report:
         """A copy with ``fn`` applied to every string value (the hook for redaction)."""
         from crashscope.report.safe import map_strings
 

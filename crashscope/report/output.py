@@ -161,7 +161,7 @@ class SafeOutput:
             os.close(self.dir_fd)
             self.dir_fd = None  # type: ignore[assignment]
 
-    def __enter__(self) -> "SafeOutput":
+    def __enter__(self) -> SafeOutput:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,7 +14,13 @@ import json
 from typing import Any, Callable
 
 from crashscope.report.model import Report
-from crashscope.report.safe import escape_controls, json_text, md_code, md_fence, md_text
+from crashscope.report.safe import (
+    escape_controls,
+    json_text,
+    md_code,
+    md_fence,
+    md_text,
+)
 
 UNKNOWN = "unknown"
 
@@ -212,7 +218,7 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
 
     cause = _t(report.cause) or UNKNOWN
     bad = cause not in ("none", UNKNOWN)
-    head = [("crashscope: ", "bold"), (cause, "bold red" if bad else "bold"), f"  confidence {report.confidence:.2f}"]
+    head: list[tuple[str, str] | str] = [("crashscope: ", "bold"), (cause, "bold red" if bad else "bold"), f"  confidence {report.confidence:.2f}"]
     line(*head)
     if report.alternatives:
         alts = ", ".join(f"{_t(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives[:3] if isinstance(a, dict))
@@ -256,7 +262,7 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
         for s in items:
             if not isinstance(s, dict):
                 continue
-            first = s.get("first") if isinstance(s.get("first"), dict) else {}
+            first: dict[str, Any] = s["first"] if isinstance(s.get("first"), dict) else {}
             on = _symptom_on(s)
             missing = _ranks(s.get("missing_ranks") or [])
             line(f"  {_t(s.get('count'))}x {_t(s.get('kind'))}" + (f" {on}" if on else ""),
@@ -351,7 +357,7 @@ def render_markdown(report: Report, **_: Any) -> str:
         for s in report.symptoms[:8]:
             if not isinstance(s, dict):
                 continue
-            first = s.get("first") if isinstance(s.get("first"), dict) else {}
+            first: dict[str, Any] = s["first"] if isinstance(s.get("first"), dict) else {}
             on = _symptom_on(s)
             miss = _ranks(s.get("missing_ranks") or [])
             loc = _loc(first.get("file"), first.get("line"))
