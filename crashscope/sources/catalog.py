@@ -30,6 +30,7 @@ Kinds: each hit's catalog ``kind`` (cuda_error, cuda_oom, nccl_error, network_er
 link_event, host_oom, job_state, job_cancel, node_state, process_exit, exception,
 log_error, comm_abort). attrs: catalog, name, code, cause (taxonomy label or null), role
 (cause|symptom|context), mono/boot for dmesg boot-relative stamps (as the kernel source),
+task (srun --label task id; the rank column only from ``[rankN]:`` or mpirun),
 plus what the entry's pattern captured (status, vendor_err, peer, pci, signal, exit_code,
 errno, ...). The gpu column is set from a captured PCI address.
 One event per hit and (catalog, cause, role): a line may hold several (``NCCL error ...
@@ -77,6 +78,7 @@ class Envelope:
     local_rank: int | None = None
     pid: int | None = None
     mono_us: int | None = None  # dmesg "[ sec.usec]": seconds since boot
+    task: int | None = None  # srun --label task id
 
 
 def _frac_ns(frac: str | None) -> int:
@@ -141,8 +143,11 @@ def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
             continue
         prefix, after = split_prefix(rest)
         if after is not rest and len(after) < len(rest):
-            if env.rank is None:
-                env.rank = prefix.rank if prefix.rank is not None else prefix.task
+            # srun's task id is SLURM_PROCID (a node index under torchrun), not a rank: attrs only.
+            if env.rank is None and prefix.rank is not None:
+                env.rank = prefix.rank
+            if env.task is None and prefix.task is not None:
+                env.task = prefix.task
             if env.local_rank is None:
                 env.local_rank = prefix.local_rank
             rest = after
@@ -192,6 +197,8 @@ class CatalogSource(LineSource):
                 attrs: dict[str, Any] = {"catalog": h.catalog, "name": h.name, "code": h.code, "cause": h.cause, "role": h.role, **mono}
                 for k, v in h.attrs.items():
                     attrs.setdefault(k, v)
+                if env.task is not None:
+                    attrs.setdefault("task", env.task)
                 gpu = normalize_pci(str(h.attrs["pci"])) if h.attrs.get("pci") else None
                 msg = _segment(text, h.span, env.body).strip() or text.strip()
                 ctx.emit(
