@@ -42,6 +42,8 @@ MIN_CAUSE_SCORE = 0.3  # below this the rules alone do not name a cause
 RULES_SHARE = 0.65  # blend: rules vs classifier
 UNKNOWN_CONFIDENCE_CAP = 0.5
 NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
+LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
+LOCATE_WITHIN_S = 120.0
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
 
 CAUSE_TITLES = {
@@ -124,11 +126,23 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         report.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
         return
 
-    dist = _blend(per_cause, clf)
+    blend_clf = clf
+    if clf and clf.get("probabilities") and per_cause:
+        clf_top = next(iter(clf["probabilities"]))
+        if clf_top not in best and clf_top != "none":
+            # Sure of a cause no line supports: these logs are unlike its (simulated)
+            # training jobs, so its opinion is left out rather than diluting the rules'.
+            blend_clf = None
+            clf["ignored"] = f"its top cause {clf_top!r} has no supporting line in these logs"
+    dist = _blend(per_cause, blend_clf)
     dist.pop("none", None)  # it failed: "none" is not an alternative
-    top, p_top = max(dist.items(), key=lambda kv: kv[1]) if dist else ("unknown", 0.0)
+    # Only a cause with a line behind it can be the verdict: the classifier (trained on
+    # simulated jobs) re-weighs the causes the rules and analyses found, it never names one
+    # alone, since on logs unlike its training data it can be sure and wrong.
+    supported = {c: p for c, p in dist.items() if c in best}
+    top, p_top = max(supported.items(), key=lambda kv: kv[1]) if supported else ("unknown", 0.0)
     rules_top = max(per_cause.values()) if per_cause else 0.0
-    if top not in best and (rules_top < MIN_CAUSE_SCORE and (clf is None or p_top < 0.6)):
+    if rules_top < MIN_CAUSE_SCORE:
         top = "unknown"
     if top in ("none",) and failed:
         top = "unknown"
@@ -157,11 +171,23 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         located = next((f for f in same if f.hosts), None)
         if located is not None:
             primary = located
+    borrowed = None
+    if primary is not None and not primary.hosts and primary.first_time is not None:
+        # A cause line that names no node (a dmesg without its host, an OOM kill by pid)
+        # happened where a rank stopped at that moment: the who-stopped-first analyses say where.
+        borrowed = next(
+            (
+                f for f in deciding
+                if f.rule_id in LOCATING_ANALYSES and f.hosts and f.first_time is not None
+                and abs(f.first_time - primary.first_time) <= LOCATE_WITHIN_S * 1e9
+            ),
+            None,
+        )
     report.cause = top
     coverage_penalty = 0.9 ** min(len(report.missing), 3)
     report.confidence = round(max(0.0, min(0.99, p_top * coverage_penalty)), 3)
     if primary is not None:
-        report.implicated = _implicated(primary, ev)
+        report.implicated = _implicated(borrowed or primary, ev)
         narrowed = _narrow_hosts(primary, same)
         if narrowed:
             report.implicated = _implicated(narrowed, ev)
@@ -182,6 +208,10 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
         if first is not None:
             report.first_failure = _first_failure(first)
+            if borrowed is not None and first.host is None and len(report.implicated["nodes"]) == 1:
+                report.first_failure["node"] = report.implicated["nodes"][0]
+                if report.first_failure.get("rank") is None and len(report.implicated["ranks"]) == 1:
+                    report.first_failure["rank"] = report.implicated["ranks"][0]
     elif hang_suspects:
         report.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
     causes_ev = sorted(((f, e) for f in same for e in f.evidence[:5]), key=lambda p: _evidence_order(p[1]))
@@ -437,7 +467,9 @@ LINE_SOURCES_FIRST = {"nccl": 0, "pytorch": 0, "kernel": 0, "slurm": 0}
 def _evidence_order(e: Any) -> tuple:  # type: ignore[type-arg]
     """Earliest first; at the same instant a log line beats a structured record (an
     error.json repeating the traceback, a sacct row), as the line is what people open."""
-    return (e.time is None, e.time or 0, LINE_SOURCES_FIRST.get(e.source, 1), e.file, e.line or 0)
+    # At the same instant, the lowest rank: a node whose ranks all stopped at once is
+    # reported by its first rank, whichever file happened to list it first.
+    return (e.time is None, e.time or 0, LINE_SOURCES_FIRST.get(e.source, 1), e.rank is None, e.rank or 0, e.file, e.line or 0)
 
 
 def _earliest_evidence(f: Any) -> Any:

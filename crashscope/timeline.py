@@ -133,6 +133,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = _resolve_gpus(ev)
     ev = _kernel_clock(ev, warnings)
     ev, skew = _clock_skew(ev, warnings)
+    ev = _same_line_times(ev)
     ev = _interpolate(ev)
     ev = _borrow_times(ev)
     ev = _peer_hosts(ev)
@@ -175,8 +176,14 @@ def _attr(col: str, key: str, dtype: pl.DataType = pl.String) -> pl.Expr:
     return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
 
 
+# Names every machine calls itself: they tell no node apart (torchrun's summary prints
+# `host : localhost` when the rendezvous ran on the loopback).
+NAMELESS_HOSTS = ("localhost", "localhost.localdomain", "127.0.0.1", "::1", "ip6-localhost")
+
+
 def _hosts_from_paths(ev: pl.DataFrame) -> pl.DataFrame:
     """Events without a host take a known host named in their file's path (``nccl.node003.123.log``)."""
+    ev = ev.with_columns(pl.when(pl.col("host").is_in(NAMELESS_HOSTS)).then(None).otherwise(pl.col("host")).alias("host"))
     known = [h for h in ev["host"].drop_nulls().unique().to_list() if len(h) >= 3]
     if not known or ev["host"].null_count() == 0:
         return ev
@@ -222,6 +229,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         ev = ev.with_columns(
             pl.when(pl.col("rank").is_null() & ~pl.col("file").is_in(torchrun_files)).then(task).otherwise(pl.col("rank")).alias("rank")
         )
+    ev = _exception_twins(ev)
     # (host, local_rank) -> rank from any event that states both (torchrun summaries).
     both = ev.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
     if both.height:
@@ -239,7 +247,68 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if rh.height and ev["host"].null_count():
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_rh").alias("host")).drop("_rh")
-    return ev.sort("_id")
+    return _hosts_by_elimination(ev).sort("_id")
+
+
+def _hosts_by_elimination(ev: pl.DataFrame) -> pl.DataFrame:
+    """A rank with no host, when the job's nodes run equal numbers of ranks and only one
+    node is short of ranks, is on that node (the stopped rank that wrote nothing naming
+    its node, while every other rank's node is known)."""
+    world = _world_size(ev)
+    if not world or ev["host"].null_count() == 0:
+        return ev
+    rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
+    host_of = dict(rh.group_by("rank").agg(pl.col("host").mode().sort().first()).iter_rows())
+    nodes: list[str] = []
+    for a in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["attrs"].drop_nulls().to_list():
+        v = attrs_of(a).get("nodes")
+        if isinstance(v, list) and len(v) > len(nodes) and all(isinstance(x, str) for x in v):
+            nodes = v
+    nodes = nodes or sorted(set(host_of.values()))
+    if len(nodes) < 2 or world % len(nodes) or world > 1_000_000:
+        return ev
+    per = world // len(nodes)
+    count = Counter(h for h in host_of.values() if h in nodes)
+    if any(c > per for c in count.values()) or set(host_of.values()) - set(nodes):
+        return ev  # not an even layout on these nodes: nothing to infer
+    short = [h for h in nodes if count.get(h, 0) < per]
+    unknown = [r for r in range(world) if r not in host_of]
+    if len(short) != 1 or not unknown or len(unknown) != per - count.get(short[0], 0):
+        return ev
+    m = pl.DataFrame({"rank": unknown, "_eh": [short[0]] * len(unknown)}, schema={"rank": ev.schema["rank"], "_eh": pl.String})
+    return ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_eh").alias("host")).drop("_eh")
+
+
+TWIN_KEY_CHARS = 120
+
+
+def _exception_twins(ev: pl.DataFrame) -> pl.DataFrame:
+    """The same exception text in a rank's log (rank known) and in a worker's error file
+    on a node (host and local rank known, from torchelastic's per-node error.json) ties
+    that rank to that node. Only texts seen on exactly one rank and one host count."""
+    # The error file keeps the whole text, the log line may be cut or carry more: the head decides.
+    exc = ev.filter(pl.col("kind") == Kind.EXCEPTION.value).with_columns(pl.col("message").str.slice(0, TWIN_KEY_CHARS))
+    if exc.height == 0:
+        return ev
+    ranked = exc.filter(pl.col("rank").is_not_null()).group_by("message").agg(pl.col("rank").unique().alias("_rs"))
+    hosted = exc.filter(pl.col("rank").is_null() & pl.col("host").is_not_null()).group_by("message").agg(
+        pl.col("host").unique().alias("_hs"), pl.col("local_rank").drop_nulls().unique().alias("_ls")
+    )
+    twins = ranked.join(hosted, on="message").filter((pl.col("_rs").list.len() == 1) & (pl.col("_hs").list.len() == 1))
+    if twins.height == 0:
+        return ev
+    pairs = twins.select(
+        pl.col("_rs").list.first().alias("_tr"), pl.col("_hs").list.first().alias("_th"),
+        pl.when(pl.col("_ls").list.len() == 1).then(pl.col("_ls").list.first()).alias("_tl"),
+    ).unique(subset=["_tr"], keep="first")
+    # rank -> host for the rank's own lines
+    ev = ev.join(pairs.select(pl.col("_tr").alias("rank"), "_th"), on="rank", how="left")
+    ev = ev.with_columns(pl.coalesce("host", "_th").alias("host")).drop("_th")
+    # (host, local rank) -> rank for the error files' lines
+    hl = pairs.filter(pl.col("_tl").is_not_null()).select(pl.col("_th").alias("host"), pl.col("_tl").alias("local_rank"), "_tr")
+    hl = hl.with_columns(pl.col("local_rank").cast(ev.schema["local_rank"]), pl.col("_tr").cast(ev.schema["rank"]))
+    ev = ev.join(hl, on=["host", "local_rank"], how="left")
+    return ev.with_columns(pl.coalesce("rank", "_tr").alias("rank")).drop("_tr")
 
 
 def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
@@ -363,6 +432,26 @@ def _clock_skew(ev: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, di
         pl.when(apply).then(pl.lit(TimeQuality.ALIGNED.value)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
     )
     return ev, skew
+
+
+def _same_line_times(ev: pl.DataFrame) -> pl.DataFrame:
+    """An event whose source read no stamp takes the stamp another source read on the same
+    line (the application log's `2026-12-01 11:36:50,140 - ERROR -` in front of a gloo error)."""
+    if ev["time"].null_count() == 0:
+        return ev
+    stamped = (
+        ev.filter(pl.col("time").is_not_null() & pl.col("line").is_not_null())
+        .group_by(["file", "line"])
+        .agg(pl.col("time").min().alias("_lt"), pl.col("time_quality").first().alias("_lq"))
+    )
+    if stamped.height == 0:
+        return ev
+    ev = ev.join(stamped, on=["file", "line"], how="left")
+    use = pl.col("time").is_null() & pl.col("_lt").is_not_null()
+    return ev.with_columns(
+        pl.when(use).then(pl.col("_lq").cast(pl.String)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
+        pl.when(use).then(pl.col("_lt")).otherwise(pl.col("time")).alias("time"),
+    ).drop("_lt", "_lq")
 
 
 def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:

@@ -23,6 +23,7 @@ Analysis = Callable[[pl.DataFrame, int | None], list[Finding]]
 
 ANALYSES: dict[str, Analysis] = {
     "silent-ranks": silence.silent_ranks,
+    "first-killed": silence.first_killed,
 }
 
 

@@ -64,11 +64,15 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     seen = set(int(r) for r in own["rank"].unique().to_list()) | _exited_ranks(events)
     reporters = set(int(r) for r in bad["rank"].unique().to_list())
     named = _named_lagging(loss)
-    silent = sorted((seen - reporters) | named)
+    # The barrier knows who did not arrive; without it, the ranks that said nothing.
+    silent = sorted(named) if named else sorted(seen - reporters)
     if not silent or len(silent) > max(1, len(seen | named) // 2) or not (reporters - set(silent)):
         return []
     host_of = _host_of(ev)
-    last = _last_own_event(own, silent)
+    # Where a silent rank stopped: its last line before the peers first reported the loss
+    # (a rank resumed late, or named by the barrier, writes more afterwards).
+    t_loss = loss["time"].drop_nulls().min()
+    last = _last_own_event(own, silent, t_loss)
     # A rank with no line of its own (its log died with it): the line that names it (the
     # launcher's exit record, the barrier report) is the evidence.
     naming = events.filter(pl.col("kind").is_in([Kind.PROCESS_EXIT.value, Kind.DESYNC_REPORT.value])).with_columns(
@@ -100,7 +104,19 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         ranks = sorted(r for r in order if last[r]["_t"] == last[first]["_t"]) if last[first]["_t"] is not None else [first]
         hosts = sorted({host_of[r] for r in ranks if host_of.get(r)})
         weight = NAMED_WEIGHT if set(ranks) & named else RANK_WEIGHT
-        title = f"Rank {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed waiting for it"
+        if set(ranks) & named:
+            title = f"Rank {', '.join(map(str, ranks))} stopped answering: the barrier named it as the rank that did not arrive, while {len(peers)} peer rank(s) failed waiting"
+        else:
+            title = f"Rank {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed waiting for it"
+    cause = "node_failure"
+    if not dead_nodes and _timed_out_too(loss, ranks, t_loss):
+        # The suspect was alive and waiting as well: it timed out on its peers while they
+        # timed out on it. Both sides up, the path between them gone: cut off, not hung.
+        cause = "fabric_timeout"
+        title = (
+            f"Rank {', '.join(map(str, ranks))} was cut off from its peers: it and they timed out waiting "
+            "for each other at the same time, and the others named it as the rank that did not arrive"
+        )
     rows = [last[r] for r in order if r in ranks] + [last[r] for r in order if r not in ranks]
     evidence = tuple(_evidence(r) for r in rows[:MAX_EVIDENCE])
     times = [r["_t"] for r in rows if r["_t"] is not None and r["rank"] in ranks]
@@ -112,7 +128,7 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     )
     return [
         Finding(
-            rule_id=RULE_ID, title=title, cause="node_failure", role="cause", status="stable", weight=weight,
+            rule_id=RULE_ID, title=title, cause=cause, role="cause", status="stable", weight=weight,
             first_time=min(times) if times else None, count=len(silent), hosts=tuple(hosts), ranks=tuple(ranks),
             gpus=(), evidence=evidence, explanation=explanation,
             actions=(
@@ -121,6 +137,23 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
             ),
         )
     ]
+
+
+PARTITION_SLACK_S = 10.0  # the two sides' timeouts fire within this of each other
+
+
+def _timed_out_too(loss: pl.DataFrame, ranks: list[int], t_loss: Any) -> bool:
+    """Did the suspect ranks themselves time out waiting (not fail later on a closed
+    connection, as a resumed rank does) within seconds of their peers' first report?"""
+    if t_loss is None:
+        return False
+    own = loss.filter(
+        pl.col("rank").is_in(ranks) & (pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value) & pl.col("time").is_not_null()
+    )
+    if own.height == 0:
+        return False
+    dt = abs((own["time"].min() - t_loss).total_seconds())
+    return dt <= PARTITION_SLACK_S
 
 
 def _exited_ranks(events: pl.DataFrame) -> set[int]:
@@ -152,12 +185,13 @@ def _host_of(ev: pl.DataFrame) -> dict[int, str]:
     return {r: c.most_common(1)[0][0] for r, c in m.items()}
 
 
-def _last_own_event(own: pl.DataFrame, ranks: list[int]) -> dict[int, dict[str, Any]]:
-    d = (
-        own.filter(pl.col("rank").is_in(ranks))
-        .with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
-        .sort(["_t", "line"], nulls_last=False)
-    )
+def _last_own_event(own: pl.DataFrame, ranks: list[int], before: Any = None) -> dict[int, dict[str, Any]]:
+    d = own.filter(pl.col("rank").is_in(ranks))
+    if before is not None:
+        early = d.filter(pl.col("time") <= before)
+        # ranks with nothing before the loss keep their overall last line
+        d = pl.concat([early, d.filter(~pl.col("rank").is_in(early["rank"].unique().implode()))])
+    d = d.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).sort(["_t", "line"], nulls_last=False)
     return {int(row["rank"]): row for row in d.group_by("rank", maintain_order=True).last().iter_rows(named=True)}
 
 
@@ -176,3 +210,65 @@ def _attrs(a: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return d if isinstance(d, dict) else {}
+
+
+KILLED_WEIGHT = 0.45  # below any OOM-killer or hardware line, which say why
+TERMINATING = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """The first task to die was SIGKILLed while no rank had reported anything: the
+    launcher (srun, torchrun) then terminated the rest, before any of them could time out.
+    The killed task's node is where it happened: its processes were killed from outside
+    (the kernel's OOM killer, an admin, the node going away). An OOM line, when collected,
+    outweighs this and says why."""
+    own_bad = events.filter(
+        pl.col("severity").cast(pl.String).is_in(BAD)
+        & ~pl.col("kind").cast(pl.String).is_in(NOT_OWN_KINDS)
+        & ~pl.col("source").cast(pl.String).is_in(NOT_OWN_SOURCES)
+        & (pl.col("kind") != Kind.LOG_ERROR.value)
+    )
+    exits = events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value).sort(["time", "file", "line"], nulls_last=True)
+    if exits.height == 0:
+        return []
+    first = exits.row(0, named=True)
+    a = _attrs(first["attrs"])
+    if a.get("signal") != "SIGKILL":
+        return []
+    t0 = first["time"]
+    # Ranks that complained before the kill had seen trouble first: not this pattern.
+    if t0 is not None and own_bad.filter(pl.col("time").is_not_null() & (pl.col("time") < t0)).height:
+        return []
+    hosts = [h for h in (a.get("hosts") or ([first["host"]] if first["host"] else [])) if isinstance(h, str)]
+    if not hosts:
+        return []
+    host_of = _host_of(events.filter(pl.col("rank").is_not_null()))
+    torchrun = events.filter(pl.col("local_rank").is_not_null()).height > 0
+    if torchrun or not a.get("tasks"):
+        ranks = sorted(r for r, h in host_of.items() if h in hosts)
+    else:
+        ranks = sorted(t for t in a.get("tasks") or [] if isinstance(t, int))
+    later = [_attrs(x).get("signal") for x in exits["attrs"].drop_nulls().to_list()[1:]]
+    title = (
+        f"The processes on {', '.join(hosts)} were the first to die, killed by SIGKILL, "
+        f"before any rank reported an error; the launcher then stopped the others"
+        + (" (SIGTERM)" if any(s in TERMINATING for s in later) else "")
+    )
+    ev = Evidence(
+        time=None if t0 is None else int(t0.timestamp() * 1_000_000_000),
+        host=hosts[0], rank=ranks[0] if ranks else None, gpu=None, gpu_index=None, file=first["file"] or "",
+        line=first["line"], source=str(first["source"]), kind=str(first["kind"]), message=first["message"] or "",
+    )
+    return [
+        Finding(
+            rule_id="first-killed", title=title, cause="node_failure", role="cause", status="stable", weight=KILLED_WEIGHT,
+            first_time=ev.time, count=1, hosts=tuple(hosts), ranks=tuple(ranks), gpus=(), evidence=(ev,),
+            explanation=(
+                "A SIGKILL that nobody in the job sent: the kernel's OOM killer, an administrator, or the node "
+                "failing. Without the node's kernel log or the scheduler's OOM record this cannot be told apart."
+            ),
+            actions=(
+                "Check the node's kernel log for the OOM killer (`Out of memory: Killed process`) and `sacct -j <job> -o JobID,State,MaxRSS,ReqMem`; if none, check the node's health (sinfo -R, IPMI SEL).",
+            ),
+        )
+    ]

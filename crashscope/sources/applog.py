@@ -74,6 +74,8 @@ MERGE_LINES = 8  # lines of one step printed by separate calls (DeepSpeed step=/
 MAX_ERRORS = 200
 MAX_ERRORS_PER_SIGNATURE = 3
 EXCERPT = 240
+GAP_NS = 10 * 1_000_000_000  # a rank quiet this long between stamped lines left a mark
+MAX_GAPS = 20  # per (file, rank): the first ones; a bounded record, never one row per line
 
 # -- prefilter ------------------------------------------------------------------------------
 # Time stamps are looked for in the first 64 characters only (launcher prefixes, a "[titan] "
@@ -373,6 +375,7 @@ class _Stream:
     local_rank: int | None = None
     host: str | None = None
     task: int | None = None
+    gaps: int = 0
 
 
 @dataclass
@@ -531,6 +534,15 @@ class _Parser:
                 st.stamped += 1
             if st.first_time is None:
                 st.first_time = hdr.time
+            if st.last_time is not None and hdr.time - st.last_time >= GAP_NS and st.gaps < MAX_GAPS:
+                # The line before a silence: where a rank that stopped and came back (or whose
+                # peers stopped answering) was when it went quiet.
+                st.gaps += 1
+                who = f"rank {st.rank}" if st.rank is not None else "this file"
+                self.out.append(_Row(Kind.ACTIVITY, st.last_line,
+                                     f"last line of {who} before {(hdr.time - st.last_time) / 1e9:.0f} s of silence: {st.last_message[:160]}",
+                                     {"gap_s": round((hdr.time - st.last_time) / 1e9, 3), "resumed_at": _iso(hdr.time), "resumed_line": n},
+                                     st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
             st.last_time, st.last_tq, st.last_line = hdr.time, hdr.tq, n
             st.last_message = excerpt[:EXCERPT]
         base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host)
@@ -833,9 +845,15 @@ class _Parser:
             from crashscope.sources import LINE_SOURCES
 
             self._others = [regex.compile(s.prefilter) for s in LINE_SOURCES if s.name != "applog"]
-        if any(rx.search(raw) for rx in self._others):
-            return  # a traceback, NCCL or c10 line: its own source reports it
         sig = hdr.level + ":" + regex.sub(r"\d+", "#", msg[:120])
+        if any(rx.search(raw) for rx in self._others):
+            # A traceback, NCCL or c10 line: its own source reports it. The stamp is kept as an
+            # info anchor, so the unstamped traceback lines after it get this line's time.
+            if hdr.time is not None and self.error_sigs.get("anchor:" + sig, 0) < MAX_ERRORS_PER_SIGNATURE:
+                self.error_sigs["anchor:" + sig] = self.error_sigs.get("anchor:" + sig, 0) + 1
+                self.errors += 1
+                self.out.append(_Row(Kind.LOG_ERROR, n, msg[:EXCERPT], {"anchor": True}, severity=Severity.INFO, **base))
+            return
         seen = self.error_sigs.get(sig, 0)
         if seen >= MAX_ERRORS_PER_SIGNATURE:
             return

@@ -92,6 +92,8 @@ _PREFILTER_PARTS = (
     r"={30}",
     r"failed to pass monitoredBarrier",
     r"Connection closed by peer",
+    r"Application timeout caused pair closure",
+    r"(?:Read|Write) error \[?[0-9A-Fa-f.:]+\]?:\d+: ",
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
 )
 
@@ -105,7 +107,7 @@ _PREFILTER_PARTS = (
 # ProcessGroupNCCL before PG-prefixed logs (torch < 2.2): "[Rank 1] Watchdog caught ..."
 # names the default group's rank, i.e. the global rank.
 _OLD_RANK_PREFIX = regex.compile(r"^\s*\[Rank (?P<rank>\d{1,7})\] ")
-_GLOO_TIMEOUT = regex.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete")
+_GLOO_TIMEOUT = regex.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete|(?P<closure>Application timeout caused pair closure)")
 _GLOO_CLOSED = regex.compile(r"Connection closed by peer(?: \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+))?")
 _GLOO_IO = regex.compile(r"(?P<what>Read|Write) error \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+): (?P<err>Connection reset by peer|Broken pipe|Connection timed out|No route to host)")
 _MONITORED_BARRIER = regex.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
@@ -609,8 +611,12 @@ class _Parser:
                          attrs={"lagging_ranks": lagging, "via": "monitoredBarrier", "timeout_ms": int(bm.group("ms"))}, **base))
             return True
         if tm := _GLOO_TIMEOUT.search(text):
-            self.add(_Ev(Kind.COLLECTIVE_TIMEOUT, message=short, severity=Severity.ERROR,
-                         attrs={"transport": "gloo", "wait": tm.group("op"), "timeout_ms": int(tm.group("ms"))}, **base))
+            attrs = {"transport": "gloo"}
+            if tm.group("closure"):
+                attrs["wait"] = "pair closed on timeout"
+            else:
+                attrs.update(wait=tm.group("op"), timeout_ms=int(tm.group("ms")))
+            self.add(_Ev(Kind.COLLECTIVE_TIMEOUT, message=short, severity=Severity.ERROR, attrs=attrs, **base))
             return True
         cm = _GLOO_CLOSED.search(text)
         im = None if cm else _GLOO_IO.search(text)

@@ -340,6 +340,8 @@ class SacctSource(FileSource):
                 step_name = str(_num(step_name)) if _num(step_name) is not None else step_name
             elif isinstance(ident, str):
                 step_name = _split_jobid(ident)[1] or ident
+            elif isinstance(ident, int) and not isinstance(ident, bool):  # v0.0.38 (22.05): "id": 0
+                step_name = str(ident)
             else:
                 step_name = None
             sattrs: dict[str, Any] = {"format": "json", "job_id": job_id, "step": step_name}
