@@ -68,9 +68,9 @@ SCENARIOS = {
     "cpu_starve_mild_rank3_srun": S("cpu_starve", "srun", "gpu_throttle", [3], at=10, fmt="megatron",
                                     quota_us=5000, period_us=100000, iters=40),
     "cpu_starve_hard_rank2_srun": S("cpu_starve", "srun", "gpu_throttle", [2], at=12, fmt="plain",
-                                    quota_us=1000, period_us=1000000),
+                                    quota_us=1000, period_us=1000000, hog=True),
     "cpu_starve_hard_rank1_torchrun": S("cpu_starve", "torchrun", "gpu_throttle", [1], at=12, fmt="hf",
-                                        quota_us=1000, period_us=1000000),
+                                        quota_us=1000, period_us=1000000, hog=True),
     "scancel_srun": S("scancel", "srun", "preemption", at=12, fmt="megatron"),
     "scancel_torchrun": S("scancel", "torchrun", "preemption", at=12, fmt="hf"),
     "preempt_cancel_srun": S("preempt_cancel", "srun", "preemption", at=12, fmt="megatron"),
@@ -402,6 +402,14 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                 cleanup.append(lambda cg=cg: cg_remove(cg, CPUCG_PARENT))
                 fault = (f"rank {tgt} (pid {tpid}) moved into cpu cgroup with cpu.cfs_quota_us={q} "
                          f"cpu.cfs_period_us={per} ({100 * q / per:.1f}% of one CPU) at {iso(t_inj)} (after iteration {at})")
+                if sc.get("hog"):
+                    # 0.1% alone still lets a step through in < 30 s (the rank needs ~35 ms CPU a step);
+                    # a nice -20 busy loop in the same cgroup takes ~99% of that quota from it
+                    hog = subprocess.Popen(["nice", "-n", "-20", "sh", "-c", "while :; do :; done"])
+                    time.sleep(0.2)
+                    cg_move(cg, hog.pid)
+                    cleanup.insert(0, lambda hog=hog: (hog.kill(), hog.wait()))
+                    fault += f"; plus a nice -20 busy-loop hog (pid {hog.pid}) in the same cgroup"
                 ff = (t_inj, tgt, f"rank {tgt} CPU-throttled to {100 * q / per:.1f}% of a CPU")
             elif kind == "scancel":
                 sh(["scancel", jid])
