@@ -273,7 +273,17 @@ def strip_compression(name: str) -> str:
     return name
 
 
-def _open_nofollow(path: str) -> tuple[BinaryIO | None, os.stat_result | None, str | None]:
+def _inside(root: str, fd: int) -> bool:
+    """The opened file lies under ``root`` (a directory swapped for a link to elsewhere
+    after the scan is followed by ``open``; ``O_NOFOLLOW`` guards the last name only)."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True  # no /proc: the scan's checks are all there is
+    return os.path.commonpath([root, real]) == root
+
+
+def _open_nofollow(path: str, root: str | None = None) -> tuple[BinaryIO | None, os.stat_result | None, str | None]:
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -284,6 +294,9 @@ def _open_nofollow(path: str) -> tuple[BinaryIO | None, os.stat_result | None, s
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             return None, st, "not a regular file"
+        if root is not None and not _inside(root, fd):
+            os.close(fd)
+            return None, st, "not a regular file inside the job directory (a directory on its path was replaced by a link)"
         # O_NONBLOCK is only there to never hang on a FIFO; regular reads ignore it.
         return os.fdopen(fd, "rb", buffering=1024 * 1024), st, None
     except OSError as exc:
@@ -298,6 +311,7 @@ class FileRef:
     abs_path: str
     rel: str
     size: int
+    root: str | None = None  # the real path of the scanned root: opened files must lie under it
 
 
 def walk(root: Path) -> Iterator[Entry | Skipped]:
@@ -315,7 +329,7 @@ def walk(root: Path) -> Iterator[Entry | Skipped]:
 
 def open_ref(ref: FileRef) -> Iterator[Entry | Skipped]:
     """The entries of one file: itself, decompressed, or its archive members."""
-    yield from _yield_file(ref.abs_path, ref.rel)
+    yield from _yield_file(ref.abs_path, ref.rel, ref.root)
 
 
 def scan(root: Path) -> Iterator[FileRef | Skipped]:
@@ -367,14 +381,14 @@ def scan(root: Path) -> Iterator[FileRef | Skipped]:
             except (OSError, ValueError) as exc:
                 yield Skipped(rel, f"cannot inspect: {exc}", unreadable=True)
                 continue
-            yield FileRef(e.path, rel, est.st_size)
+            yield FileRef(e.path, rel, est.st_size, root_real)
         stack.extend(reversed(subdirs))
 
 
-def _yield_file(abs_path: str, rel: str) -> Iterator[Entry | Skipped]:
-    fh, st, err = _open_nofollow(abs_path)
+def _yield_file(abs_path: str, rel: str, root: str | None = None) -> Iterator[Entry | Skipped]:
+    fh, st, err = _open_nofollow(abs_path, root)
     if fh is None:
-        yield Skipped(rel, f"cannot open: {err}", unreadable=err != "not a regular file")
+        yield Skipped(rel, f"cannot open: {err}", unreadable=err is not None and not err.startswith("not a regular file"))
         return
     with fh:
         size = st.st_size if st else 0

@@ -604,14 +604,14 @@ class _Feed:
         self._thread.join()
 
 
-# A run of byte-identical lines (one source's hits, consecutive) reaches the source only
-# up to this many lines; the rest are counted onto the event of the last line passed.
+# A run of byte-identical consecutive hit lines reaches the sources only up to this many
+# lines; the rest are counted onto the events of the last line passed.
 RUN_FOLD_AFTER = 8
 
 
 @dataclass(slots=True)
 class _Runs:
-    """Run-length state of one source's hit lines across blocks."""
+    """Run-length state of a file's hit lines across blocks."""
 
     last: str | None = None  # text of the last hit line
     pos: int = 0  # its 0-based position in its run of identical lines
@@ -662,7 +662,8 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
     held: dict[int, list[pl.DataFrame]] = {}  # source index -> hit frames not yet parsed
     feeds: dict[int, _Feed] = {}
     ctxs: dict[int, ParseContext] = {}
-    runs: dict[int, _Runs] = {}
+    runs = _Runs()
+    watch: set[int] = set()
     streaming = False
     bad_utf8 = False
     blocks = 0
@@ -674,6 +675,9 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
             blocks += 1
             streaming = blocks > 1  # a second block: parse from here on while reading
             if hits.height:
+                # Identical consecutive hits are identical consecutive lines of every source
+                # that takes them: fold them once, before the split.
+                hits = _fold_runs(hits, runs, watch)
                 for i, (src, _rx) in enumerate(_PER_SOURCE):
                     mine = hits.filter(pl.col("l").str.contains(src.prefilter))
                     if not mine.height:
@@ -681,8 +685,8 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
                     bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())
                     if i not in ctxs:
                         ctxs[i] = ParseContext(info, src.name, options)
-                        runs[i] = _Runs()
-                    held.setdefault(i, []).append(_fold_runs(mine, runs[i], ctxs[i].watch_lines))
+                        ctxs[i].watch_lines = watch
+                    held.setdefault(i, []).append(mine)
             if streaming:
                 for i, frames in held.items():
                     if i not in feeds:
@@ -699,9 +703,9 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
     for feed in feeds.values():
         if feed.error is not None:
             raise feed.error
-    for i, st in runs.items():
-        for line, (count, last) in st.extra.items():
-            ctxs[i].add_repeats(line, count, last)
+    for line, (count, last) in runs.extra.items():
+        for ctx in ctxs.values():  # a no-op for a source that emitted nothing for that line
+            ctx.add_repeats(line, count, last)
     out = [ctxs[i] for i in sorted(ctxs)]
     if notes or bad_utf8:
         ctx = ParseContext(info, rec.kind, options)
