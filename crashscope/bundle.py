@@ -20,6 +20,7 @@ The Slurm epilog runs this as root over directories users write, so:
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import io
 import lzma
@@ -35,6 +36,7 @@ import regex
 HEAD_BYTES = 64 * 1024
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 MAX_TAR_MEMBERS = 200_000
+SPARSE_SLACK = 1024 * 1024  # a file this much larger than its blocks has holes worth skipping
 # Decompression-bomb limits (per file or archive member, on the decompressed bytes).
 RATIO_FREE_BYTES = 64 * 1024 * 1024  # no ratio check before this much output
 MAX_RATIO = 200  # output / compressed input consumed, checked beyond RATIO_FREE_BYTES
@@ -99,12 +101,19 @@ def _decompressor(kind: str, raw: BinaryIO) -> BinaryIO:
 
 
 class BoundedReader(io.RawIOBase):
-    """At most ``limit`` bytes of ``raw``: the size a file had when it was opened."""
+    """At most ``limit`` bytes of ``raw``: the size a file had when it was opened.
 
-    def __init__(self, raw: BinaryIO, limit: int):
+    With ``fd`` (a regular file with holes), holes are skipped with ``SEEK_DATA``: a hole
+    reads as NUL bytes, which hold no log line, and a 1 TB sparse tail would otherwise
+    take hours to read. Line numbers are unchanged (NULs hold no newline).
+    """
+
+    def __init__(self, raw: BinaryIO, limit: int, fd: int | None = None):
         self._raw = raw
         self.left = limit
         self.consumed = 0
+        self._fd = fd
+        self._pos = 0
 
     def readable(self) -> bool:
         return True
@@ -113,9 +122,39 @@ class BoundedReader(io.RawIOBase):
         n = min(len(b), self.left)
         if n <= 0:
             return 0
+        if self._fd is not None:
+            return self._read_sparse(b, n)
         data = self._raw.read(n)
         k = len(data)
         b[:k] = data
+        self.left -= k
+        self.consumed += k
+        return k
+
+    def _read_sparse(self, b, n: int) -> int:  # type: ignore[no-untyped-def]
+        fd = self._fd
+        assert fd is not None
+        try:
+            data_at = os.lseek(fd, self._pos, os.SEEK_DATA)
+            hole_at = os.lseek(fd, data_at, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                self.left = 0
+                return 0
+            self._fd = None  # no SEEK_DATA here: plain reads from where we are
+            self._raw.seek(self._pos)
+            return self.readinto(memoryview(b)[:n])
+        if data_at > self._pos:
+            skip = min(data_at - self._pos, self.left)
+            self._pos += skip
+            self.left -= skip
+            n = min(n, self.left)
+            if n <= 0:
+                return 0
+        data = os.pread(fd, min(n, max(1, hole_at - self._pos)), self._pos)
+        k = len(data)
+        b[:k] = data
+        self._pos += k
         self.left -= k
         self.consumed += k
         return k
@@ -392,8 +431,11 @@ def _yield_file(abs_path: str, rel: str, root: str | None = None) -> Iterator[En
         return
     with fh:
         size = st.st_size if st else 0
-        # Never past the size the file had when opened: a growing log cannot hold us.
-        yield from _yield_stream(BoundedReader(fh, size), rel, size, depth=0)  # type: ignore[arg-type]
+        # Never past the size the file had when opened: a growing log cannot hold us;
+        # a file with holes (fewer blocks than its size) is read around them.
+        sparse = st is not None and hasattr(os, "SEEK_DATA") and st.st_blocks * 512 + SPARSE_SLACK < size
+        reader = BoundedReader(fh, size, fh.fileno() if sparse else None)
+        yield from _yield_stream(reader, rel, size, depth=0)  # type: ignore[arg-type]
 
 
 def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iterator[Entry | Skipped]:

@@ -412,3 +412,21 @@ def test_directory_swapped_for_link_out_of_root_after_scan(tmp_path: Path) -> No
     items = list(bundle.open_ref(refs[0]))
     assert len(items) == 1 and isinstance(items[0], bundle.Skipped)
     assert "inside the job directory" in items[0].reason
+
+
+def test_holes_of_a_sparse_file_are_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "job"
+    root.mkdir()
+    p = root / "rank0.log"
+    with open(p, "wb") as fh:
+        fh.write(WATCHDOG.encode())
+        fh.seek(20 * 1024**3)  # a 20 GiB hole: reading it would take minutes
+        fh.write(b"\n" + WATCHDOG.replace("Rank 3", "Rank 4").replace("[rank3]", "[rank4]").encode())
+    if p.stat().st_blocks * 512 > 64 * 1024 * 1024:
+        pytest.skip("this file system does not keep holes")
+    result = ingest(root)
+    rec = result.files[0]
+    assert rec.bytes < 16 * 1024 * 1024  # the data blocks, not 20 GiB of NULs
+    ev = result.events.filter(pl.col("kind") == "collective_timeout")
+    assert sorted(ev["rank"].to_list()) == [3, 4]
+    assert ev["line"].to_list() == [1, 3]  # line 2 is the hole (NULs) and its "\\n": numbering as a plain split
