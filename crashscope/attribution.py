@@ -44,6 +44,7 @@ UNKNOWN_CONFIDENCE_CAP = 0.5
 NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
 LOCATE_WITHIN_S = 120.0
+SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
 
 CAUSE_TITLES = {
@@ -96,8 +97,9 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
 
     if outcome == "COMPLETED":
         # Slurm says it completed: only hard failure signals overrule it (stray Xids,
-        # recovered NFS hiccups and old warnings do not).
-        failed = _has_failure_events(ev, completed=True)
+        # recovered NFS hiccups and old warnings do not). A run that crawled to the end
+        # is an incident too.
+        failed = _has_failure_events(ev, completed=True) or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
     else:
         failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
     clf = _classifier(tl, findings) if use_classifier else None

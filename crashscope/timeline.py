@@ -127,6 +127,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = result.events
     if ev.height == 0:
         return Timeline(ev, None, [], expected_ranks, [], {}, [], ["no events were found in any file"])
+    ev = _drop_catalog_twins(ev)
     ev = ev.with_row_index("_id")
     ev = _hosts_from_paths(ev)
     ev = _resolve_ranks(ev)
@@ -174,6 +175,18 @@ def _ns(v: Any) -> int | None:
 
 def _attr(col: str, key: str, dtype: pl.DataType = pl.String) -> pl.Expr:
     return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
+
+
+def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
+    """The catalog reads known error texts in every line; where a source that knows the
+    line's format read the same thing (same file, line and kind), its event is the one kept."""
+    cat = pl.col("source") == "catalog"
+    if not ev.filter(cat).height:
+        return ev
+    other = ev.filter(~cat & pl.col("line").is_not_null()).select("file", "line", "kind").unique()
+    return ev.join(other.with_columns(pl.lit(True).alias("_twin")), on=["file", "line", "kind"], how="left").filter(
+        ~(cat & pl.col("_twin").fill_null(False))
+    ).drop("_twin")
 
 
 # Names every machine calls itself: they tell no node apart (torchrun's summary prints
@@ -242,6 +255,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
     ev = _slurm_task_hosts(ev)
+    ev = _pid_only_ranks(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
     rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
     if rh.height and ev["host"].null_count():
@@ -311,12 +325,44 @@ def _exception_twins(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.coalesce("rank", "_tr").alias("rank")).drop("_tr")
 
 
+def _pid_only_ranks(ev: pl.DataFrame) -> pl.DataFrame:
+    """A pid with no host (a kernel OOM kill in a dmesg that did not say its node) is the
+    rank that some other line gave that pid to (torchrun's `exitcode: -9 (pid: N)` summary),
+    when exactly one rank ever had it."""
+    todo = ev.filter(pl.col("rank").is_null() & pl.col("pid").is_not_null())
+    if todo.height == 0:
+        return ev
+    known = ev.filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null()).group_by("pid").agg(
+        pl.col("rank").unique().alias("_rs"), pl.col("host").drop_nulls().unique().alias("_hs")
+    )
+    one = known.filter(pl.col("_rs").list.len() == 1).select("pid", pl.col("_rs").list.first().alias("_pr"), pl.col("_hs"))
+    if one.height == 0:
+        return ev
+    ev = ev.join(one, on="pid", how="left")
+    ok = pl.col("rank").is_null() & pl.col("_pr").is_not_null() & (pl.col("host").is_null() | pl.col("_hs").list.contains(pl.col("host")).fill_null(False) | (pl.col("_hs").list.len() == 0))
+    return ev.with_columns(pl.when(ok).then(pl.col("_pr")).otherwise(pl.col("rank")).alias("rank")).drop("_pr", "_hs")
+
+
+def under_torchrun(ev: pl.DataFrame) -> bool:
+    """Did torchrun (an elastic agent per node) start the ranks? Then srun's task ids are
+    node indices, not ranks. Its traces: local ranks, error files, the agent's own lines."""
+    return bool(
+        ev.filter(
+            pl.col("local_rank").is_not_null()
+            | (pl.col("source") == "torchelastic")
+            | (pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value)
+            | pl.col("attrs").str.contains('"agent_pid"', literal=True)
+            | pl.col("message").str.contains("torch/distributed/elastic/", literal=True)
+        ).height
+    )
+
+
 def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     """Rank -> node from what Slurm says about its tasks: ``srun: error: n2: tasks 2-3:
     Exited ...`` names the node of those tasks. Under srun with one task per rank a task id
     is the global rank; under torchrun (ranks with local ranks) it is the node index, so
     the mapping is used only when no torchrun prefix was seen."""
-    if ev.filter(pl.col("local_rank").is_not_null()).height:
+    if under_torchrun(ev):
         return ev
     exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
     pairs: dict[int, str] = {}

@@ -14,7 +14,7 @@ from typing import Callable
 
 import polars as pl
 
-from crashscope.analyses import silence
+from crashscope.analyses import progress, silence
 from crashscope.engine.model import Finding
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ Analysis = Callable[[pl.DataFrame, int | None], list[Finding]]
 ANALYSES: dict[str, Analysis] = {
     "silent-ranks": silence.silent_ranks,
     "first-killed": silence.first_killed,
+    "throughput-collapse": progress.throughput_collapse,
 }
 
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
+from crashscope.timeline import under_torchrun
 
 RULE_ID = "silent-ranks"
 RANK_WEIGHT = 0.5  # one rank silent among reporting peers on its node
@@ -161,7 +162,7 @@ def _exited_ranks(events: pl.DataFrame) -> set[int]:
     they existed even when their own log was lost with them."""
     ex = events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
     out = set(int(r) for r in ex["rank"].drop_nulls().to_list())
-    if not events.filter(pl.col("local_rank").is_not_null()).height:
+    if not under_torchrun(events):
         for a in ex.filter(pl.col("source") == "slurm")["attrs"].drop_nulls().to_list():
             out.update(t for t in (_attrs(a).get("tasks") or [])[:100_000] if isinstance(t, int))
     return out
@@ -243,8 +244,7 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     if not hosts:
         return []
     host_of = _host_of(events.filter(pl.col("rank").is_not_null()))
-    torchrun = events.filter(pl.col("local_rank").is_not_null()).height > 0
-    if torchrun or not a.get("tasks"):
+    if under_torchrun(events) or not a.get("tasks"):
         ranks = sorted(r for r, h in host_of.items() if h in hosts)
     else:
         ranks = sorted(t for t in a.get("tasks") or [] if isinstance(t, int))
