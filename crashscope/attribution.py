@@ -42,6 +42,8 @@ MIN_CAUSE_SCORE = 0.3  # below this the rules alone do not name a cause
 RULES_SHARE = 0.65  # blend: rules vs classifier
 UNKNOWN_CONFIDENCE_CAP = 0.5
 NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
+CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
+RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
 LOCATE_WITHIN_S = 120.0
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
@@ -111,12 +113,16 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         report.summary = "No recognizable log line was found, so nothing can be said about this job."
         return
     if not failed and outcome in (None, "COMPLETED"):
-        success = outcome == "COMPLETED" or _clean_exits(ev)
+        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev)
         report.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
         if success:
             report.cause = "none"
-            report.confidence = 0.95 if outcome == "COMPLETED" else 0.8
-            report.summary = "The job completed normally." if outcome == "COMPLETED" else "Every process exited with code 0 and no failure signal was found."
+            report.confidence = 0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev) else RUN_END_CONFIDENCE
+            report.summary = (
+                "The job completed normally." if outcome == "COMPLETED"
+                else "Every process exited with code 0 and no failure signal was found." if _clean_exits(ev)
+                else "The run said it finished and no failure signal was found."
+            )
             return
         # "none" needs a success signal; logs that say neither are not a clean run.
         report.cause = "unknown"
@@ -187,7 +193,10 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
         )
     report.cause = top
     coverage_penalty = 0.9 ** min(len(report.missing), 3)
-    report.confidence = round(max(0.0, min(0.99, p_top * coverage_penalty)), 3)
+    # However the votes fall, a verdict is only as sure as its most decisive line: a 0.6
+    # rule (a lone traceback) cannot reach the 0.8 that promises the cause is right.
+    strongest = best[top][0] if top in best else 0.0
+    report.confidence = round(max(0.0, min(0.99, p_top, evidence_cap(strongest)) * coverage_penalty), 3)
     if primary is not None:
         report.implicated = _implicated(borrowed or primary, ev)
         narrowed = _narrow_hosts(primary, same)
@@ -353,6 +362,13 @@ def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
     return False
 
 
+def evidence_cap(weight: float) -> float:
+    """The highest confidence evidence of this (timing-scaled) weight allows: rules of
+    weight 0.77 or more (an Xid 79, a time-limit banner, an IB completion error) can reach
+    0.8; inferences (silence, a lone exception, a version difference) stay below it."""
+    return CAP_BASE + CAP_SLOPE * max(0.0, min(1.0, weight))
+
+
 def _clean_exits(ev: pl.DataFrame) -> bool:
     """Launcher exit records exist and every one says exit code 0 (no signal)."""
     exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)["attrs"].drop_nulls().to_list()
@@ -366,6 +382,11 @@ def _clean_exits(ev: pl.DataFrame) -> bool:
             return False
         codes.append(d.get("exitcode"))
     return bool(codes) and all(c in (0, "0") for c in codes)
+
+
+def _run_finished(ev: pl.DataFrame) -> bool:
+    """A trainer or benchmark said it finished (applog's run_end)."""
+    return ev.filter(pl.col("kind") == Kind.RUN_END.value).height > 0
 
 
 def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str, float]:

@@ -78,6 +78,7 @@ class Kind(str, Enum):
     TRAIN_STEP = "train_step"  # app-level iteration; attrs: step, step_ms
     LOG_ERROR = "log_error"  # any other error/warning line worth showing
     ACTIVITY = "activity"  # applog: a rank's last time-stamped line in a file; attrs: first_time, last_time, lines, last_message, last_step
+    RUN_END = "run_end"  # a trainer/benchmark said it finished; attrs: outcome (success), framework
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)

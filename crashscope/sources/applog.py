@@ -75,6 +75,7 @@ MAX_ERRORS = 200
 MAX_ERRORS_PER_SIGNATURE = 3
 EXCERPT = 240
 GAP_NS = 10 * 1_000_000_000  # a rank quiet this long between stamped lines left a mark
+MAX_RUN_ENDS = 64  # per file
 MAX_GAPS = 20  # per (file, rank): the first ones; a bounded record, never one row per line
 
 # -- prefilter ------------------------------------------------------------------------------
@@ -90,7 +91,24 @@ _NOT_NCCL_TOKEN = (
 # Launcher prefixes a stamp may follow, spelled out (a free ".{0,64}?" costs 4x more on chatter):
 # srun -l "12: ", torchrun "[default3]:", "[rank3]:", mpirun "[1,3]<stdout>:", "[titan] ", "[NeMo I ", "[".
 _STAMP_PREFIX = r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*(?:\[titan\] |\[NeMo [DIWEC] |\s*\[)?"
+# A run that says it finished: the success signals of the trainers and benchmarks (nccl-tests
+# src/common.cu "# Out of bounds values : %d %s"; Lightning fit_loop "`Trainer.fit` stopped:
+# `max_epochs=N` reached."; HF Trainer's final metrics dict and "Training completed."; torch
+# elastic agent "worker group successfully finished"; Megatron print_datetime("after training is done")).
+_RUN_END = (
+    ("nccl-tests", regex.compile(r"#\s*Out of bounds values\s*:\s*0 OK")),
+    ("lightning", regex.compile(r"`Trainer\.fit` stopped: `(?:max_epochs|max_steps|max_time)=[^`]*` reached")),
+    ("hf_trainer", regex.compile(r"^\{'train_runtime': [\d.]+,|Training completed\. Do not forget to share your model")),
+    ("torchelastic", regex.compile(r"worker group successfully finished")),
+    ("megatron", regex.compile(r"\[after training is done\]")),
+)
+
 _PREFILTER_PARTS = (
+    r"Out of bounds values",
+    r"`Trainer\.fit` stopped: ",
+    r"Training completed\. ",
+    r"worker group successfully finished",
+    r"\[after training is done\]",
     _STAMP_PREFIX + r"(?:"
     # ISO / python logging asctime / Megatron / loguru
     r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?\]?(?:$|[^\s\].,\d]|\s+" + _NOT_NCCL_TOKEN + ")"
@@ -485,6 +503,7 @@ class _Parser:
         self.learned_rank: int | None = None
         self.learned_ranks: set[int] = set()
         self.errors = 0
+        self.run_ends = 0
         self.error_sigs: dict[str, int] = {}
         self._others = None
 
@@ -546,6 +565,12 @@ class _Parser:
             st.last_time, st.last_tq, st.last_line = hdr.time, hdr.tq, n
             st.last_message = excerpt[:EXCERPT]
         base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host)
+        if self.run_ends < MAX_RUN_ENDS:
+            for framework, rx in _RUN_END:
+                if rx.search(excerpt):
+                    self.run_ends += 1
+                    self.out.append(_Row(Kind.RUN_END, n, excerpt[:EXCERPT], {"outcome": "success", "framework": framework}, **base))
+                    return
         if self._progress(n, excerpt, st, base):
             return
         if any(h in excerpt for h in _CKPT_HINT) or excerpt.startswith(("Saving", "Staging", "Finished", "Last step")):

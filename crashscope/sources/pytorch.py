@@ -440,7 +440,10 @@ class _Parser:
             # A lone final line on a "[rankN]:" prefix is a rank's uncaught exception whose
             # traceback header was cut (tail'ed or rotated logs, a pasted excerpt).
             lone_on_rank = prefix.rank is not None and _RANK_EXC.search(em.group("type"))
-            if _STANDALONE_EXC.search(em.group("type")) or lone_on_rank:
+            # At the start of a line with a message: the last line of a traceback whose frames
+            # were cut (a pasted excerpt, a tail), which is how most incident reports quote it.
+            lone_at_start = text[:1].isalpha() and bool(em.group("text")) and _RANK_EXC.search(em.group("type"))
+            if _STANDALONE_EXC.search(em.group("type")) or lone_on_rank or lone_at_start:
                 attrs = {"type": em.group("type"), "text": em.group("text") or ""}
                 if wm := _WORK.search(attrs["text"]):
                     attrs.update(self._work_attrs(wm))
