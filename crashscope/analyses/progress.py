@@ -28,6 +28,18 @@ def throughput_collapse(events: pl.DataFrame, world: int | None) -> list[Finding
     steps = steps.with_columns(
         pl.col("attrs").str.json_path_match("$.step_ms").cast(pl.Float64, strict=False).alias("_ms"),
         pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False).alias("_step"),
+    ).filter(pl.col("_step").is_not_null())
+    # Lines that print no step time ("step 120 loss 2.31") give it by their stamps: the time
+    # between two of a rank's progress lines over the steps between them (the series is sampled).
+    by = ["file", "rank"]
+    steps = steps.sort([*by, "_step"], nulls_last=True).with_columns(
+        (
+            (pl.col("time") - pl.col("time").shift(1).over(by)).dt.total_microseconds() / 1000.0
+            / (pl.col("_step") - pl.col("_step").shift(1).over(by))
+        ).alias("_dms")
+    )
+    steps = steps.with_columns(
+        pl.when(pl.col("_ms").is_null() & (pl.col("_step") > pl.col("_step").shift(1).over(by))).then(pl.col("_dms")).otherwise(pl.col("_ms")).alias("_ms")
     ).filter(pl.col("_ms").is_not_null() & (pl.col("_ms") > 0))
     # One series for the job: the median over ranks at each step (ranks run in lock-step).
     series = steps.group_by("_step").agg(pl.col("_ms").median(), pl.col("time").min()).drop_nulls("_step").sort("_step")
@@ -47,20 +59,24 @@ def throughput_collapse(events: pl.DataFrame, world: int | None) -> list[Finding
         return []
     i, before, after = best
     row = series.row(i, named=True)
-    t = row["time"]
-    t_ns = int(t.timestamp() * 1_000_000_000) if t is not None else None
-    # The line that shows it: the first slow step's progress line of the lowest rank.
-    first = steps.filter(pl.col("_step") == row["_step"]).sort(["rank", "file", "line"], nulls_last=True).row(0, named=True)
-    # The line is one rank's, the slowdown the whole job's: no node or rank is implied.
-    ev = Evidence(
-        time=t_ns, host=None, rank=None, gpu=None, gpu_index=None, file=first["file"] or "",
-        line=first["line"], source=str(first["source"]), kind=str(first["kind"]), message=first["message"] or "",
-    )
+    # The slowdown began where the last step at the old speed ended: that progress line, then
+    # the first slow one. The lines are one rank's, the slowdown the whole job's: no node or
+    # rank is implied.
+    evidence = []
+    for step in (series.row(i - 1, named=True)["_step"], row["_step"]):
+        r = steps.filter(pl.col("_step") == step).sort(["rank", "file", "line"], nulls_last=True).row(0, named=True)
+        t = r["time"]
+        evidence.append(Evidence(
+            time=int(t.timestamp() * 1_000_000_000) if t is not None else None, host=None, rank=None, gpu=None,
+            gpu_index=None, file=r["file"] or "", line=r["line"], source=str(r["source"]), kind=str(r["kind"]),
+            message=r["message"] or "",
+        ))
+    t_ns = evidence[0].time
     title = f"The job slowed down {after / before:.1f}x from step {row['_step']} on (median step time {before:.0f} ms -> {after:.0f} ms) and stayed slow"
     return [
         Finding(
             rule_id=RULE_ID, title=title, cause="gpu_throttle", role="cause", status="stable", weight=WEIGHT,
-            first_time=t_ns, count=series.height - i, hosts=(), ranks=(), gpus=(), evidence=(ev,),
+            first_time=t_ns, count=series.height - i, hosts=(), ranks=(), gpus=(), evidence=tuple(evidence),
             explanation=(
                 "Every rank of a synchronous job waits for the slowest one, so a single throttled GPU (thermal, "
                 "power cap, HW slowdown), a CPU-starved host or a degraded link slows the whole job at once. "

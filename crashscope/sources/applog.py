@@ -471,7 +471,11 @@ def _is_progress(seg: str) -> bool:
 def _plain(msg: str):  # type: ignore[no-untyped-def]
     m = _PLAIN.match(msg)
     if m is None:
-        return None
+        # "[rank 0/4] [n1] train - step 18 loss 0.62": fields a logging format put before
+        # the message, up to its last " - " separator.
+        head, sep, tail = msg[:160].rpartition(" - ")
+        if not sep or not (m := _PLAIN.match(msg[len(head) + 3:])):
+            return None
     rest = m.group("rest") or ""
     if m.group("total") is None and not (_PLAIN_LOSS.search(rest) or _PLAIN_TIME.search(rest)):
         return None  # "step 3 of the recipe": no total, loss or time, not a progress line
