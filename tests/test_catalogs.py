@@ -131,9 +131,11 @@ def test_prefilter_accepts_every_hit_in_polars_and_python() -> None:
 
 
 def test_prefilter_is_literals_and_skips_chatter() -> None:
-    # Literal alternatives only: no classes, repetition or groups survive unescaped.
-    unescaped = regex.sub(r"\\.", "", catalogs.PREFILTER)
-    assert not set(unescaped) & set("()[]{}*+?^$"), "the prefilter must stay a union of literals"
+    # Literals in trie form only: besides escapes, just "(?:", ")", "|" (and "?" after ")").
+    unescaped = regex.sub(r"\\.", "", catalogs.PREFILTER).replace("(?:", "").replace(")?", ")")
+    assert not set(unescaped) & set("[]{}*+?^$."), "the prefilter must stay a union of literals"
+    trie = regex.compile(catalogs.PREFILTER)
+    assert all(trie.fullmatch(a) for a in CATS.anchors), "the trie spells every anchor"
     chatter = [
         "node004:51001:51102 [0] NCCL INFO Channel 00/0 : 8[0] -> 16[0] [send] via NET/IB/0/GDRDMA",
         "node001:2718:2718 [3] NCCL INFO NCCL version 2.18.5+cuda12.2",
@@ -146,6 +148,16 @@ def test_prefilter_is_literals_and_skips_chatter() -> None:
     ]
     s = pl.Series("l", chatter)
     assert s.str.contains(catalogs.PREFILTER).sum() == 0
+
+
+def test_literal_trie_is_the_union_of_its_words() -> None:
+    from crashscope.catalogs import _literal_trie
+
+    words = ["ab", "abc", "b(x)", "a.b", "zz"]
+    t = _literal_trie(words)
+    rx, rust = regex.compile(t), pl.Series("l", words + ["a", "ax", "abd", "bx", "z", "a-b"])
+    assert [bool(rx.fullmatch(w)) for w in rust.to_list()] == [True] * 5 + [False] * 6
+    assert rust.str.contains(f"^(?:{t})$").to_list() == [True] * 5 + [False] * 6
 
 
 # -- envelopes -----------------------------------------------------------------------------
