@@ -291,8 +291,36 @@ def test_errors_are_reported_once_per_shape_and_not_when_another_source_reads_th
     text += "2026-09-17 04:06:00,000 - t - ERROR - NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error, NCCL version 2.21.5\n"
     text += "2026-09-17 04:06:01,000 - t - WARNING - just a warning\n"
     rows, _ = _rows(text)
-    errs = _kind(rows, "log_error")
+    errs = [e for e in _kind(rows, "log_error") if not e["attrs"].get("anchor")]
     assert len(errs) == 3 and all(e["severity"] == "error" and e["attrs"]["logger"] == "t" for e in errs)
+    # the line another source reads is kept only as an info time anchor for the lines after it
+    (anchor,) = [e for e in _kind(rows, "log_error") if e["attrs"].get("anchor")]
+    assert anchor["severity"] == "info" and anchor["time"].isoformat() == "2026-09-17T04:06:00+00:00"
+
+
+def test_a_silence_leaves_the_line_before_it():
+    text = "2026-09-17 04:05:00,000 - t - INFO - step 1 loss 2.0\n2026-09-17 04:05:01,000 - t - INFO - step 2 loss 1.9\n"
+    text += "2026-09-17 04:06:30,000 - t - ERROR - gave up waiting\n"
+    rows, _ = _rows(text)
+    gaps = [a for a in _kind(rows, "activity") if "gap_s" in a["attrs"]]
+    assert len(gaps) == 1 and gaps[0]["line"] == 2 and gaps[0]["attrs"]["gap_s"] == 89.0
+
+
+@pytest.mark.parametrize("line, framework", [
+    ("# Out of bounds values : 0 OK", "nccl-tests"),
+    ("`Trainer.fit` stopped: `max_epochs=3` reached.", "lightning"),
+    ("{'train_runtime': 5.8012, 'train_samples_per_second': 1.207, 'train_loss': 2.12, 'epoch': 1.0}", "hf_trainer"),
+    ("[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.", "torchelastic"),
+])
+def test_run_end_lines(line, framework):
+    rows, _ = _rows(line + "\n")
+    (end,) = _kind(rows, "run_end")
+    assert end["attrs"] == {"outcome": "success", "framework": framework}
+
+
+def test_a_failed_validation_is_not_a_run_end():
+    rows, _ = _rows("# Out of bounds values : 3 FAILED\n")
+    assert not _kind(rows, "run_end")
 
 
 def test_nccl_stamped_lines_are_not_selected():
