@@ -36,6 +36,7 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x
 NEAR_TIE = 0.05
 BATCH_BYTES = 64 * 1024 * 1024
 ITER_SLICE = 16_384  # hit lines made into Python strings at a time
+SMALL_HITS = 4_096  # a block with fewer hits is split among sources in Python, not polars
 BATCH_FILES = 64
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
 MAX_WORKERS = 8
@@ -560,9 +561,12 @@ def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[i
     return out["n"].to_list(), out["l"].to_list(), n_lines
 
 
-def _iter_hits(frames: Iterable[pl.DataFrame]) -> Iterator[tuple[int, str]]:
+def _iter_hits(frames: Iterable[pl.DataFrame | list[tuple[int, str]]]) -> Iterator[tuple[int, str]]:
     """(line number, text) pairs of hit frames, made into Python objects a slice at a time."""
     for f in frames:
+        if isinstance(f, list):
+            yield from f
+            continue
         for off in range(0, f.height, ITER_SLICE):
             part = f.slice(off, ITER_SLICE)
             yield from zip(part["n"].to_list(), part["l"].to_list())
@@ -650,6 +654,27 @@ def _fold_runs(f: pl.DataFrame, st: _Runs, watch: set[int]) -> pl.DataFrame:
     return df.filter(pl.col("_p") < k).select("n", "l")
 
 
+def _fold_runs_py(ns: list[int], ts: list[str], st: _Runs, watch: set[int]) -> list[tuple[int, str]]:
+    """``_fold_runs`` for a few hits, in Python (polars' per-call cost dominates there)."""
+    k = RUN_FOLD_AFTER
+    out = []
+    for n, t in zip(ns, ts):
+        if t == st.last:
+            st.pos += 1
+        else:
+            st.last, st.pos, st.kth = t, 0, None
+        if st.pos < k:
+            out.append((n, t))
+            if st.pos == k - 1:
+                st.kth = n
+                watch.add(n)
+        elif st.kth is not None:
+            e = st.extra.setdefault(st.kth, [0, 0])
+            e[0] += 1
+            e[1] = max(e[1], n)
+    return out
+
+
 def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: FileRecord, budget: "Budget | None" = None):  # type: ignore[no-untyped-def]
     """Scan a text file block by block and give every line source its hits.
 
@@ -659,7 +684,7 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
     """
     notes: list[str] = []
     first = 1
-    held: dict[int, list[pl.DataFrame]] = {}  # source index -> hit frames not yet parsed
+    held: dict[int, list] = {}  # source index -> hit frames (or lists) not yet parsed
     feeds: dict[int, _Feed] = {}
     ctxs: dict[int, ParseContext] = {}
     runs = _Runs()
@@ -676,13 +701,25 @@ def _scan_lines(stream: PeekStream, info: FileInfo, options: ParseOptions, rec: 
             streaming = blocks > 1  # a second block: parse from here on while reading
             if hits.height:
                 # Identical consecutive hits are identical consecutive lines of every source
-                # that takes them: fold them once, before the split.
-                hits = _fold_runs(hits, runs, watch)
-                for i, (src, _rx) in enumerate(_PER_SOURCE):
-                    mine = hits.filter(pl.col("l").str.contains(src.prefilter))
-                    if not mine.height:
-                        continue
-                    bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())
+                # that takes them: fold them once, before the split. Few hits (most files)
+                # are split in Python; many (a flood, a huge log) in polars.
+                few = hits.height <= SMALL_HITS
+                if few:
+                    pairs = _fold_runs_py(hits["n"].to_list(), hits["l"].to_list(), runs, watch)
+                else:
+                    hits = _fold_runs(hits, runs, watch)
+                for i, (src, rx) in enumerate(_PER_SOURCE):
+                    mine: list[tuple[int, str]] | pl.DataFrame
+                    if few:
+                        mine = [p for p in pairs if rx.search(p[1])]
+                        if not mine:
+                            continue
+                        bad_utf8 = bad_utf8 or any("\ufffd" in t for _, t in mine)
+                    else:
+                        mine = hits.filter(pl.col("l").str.contains(src.prefilter))
+                        if not mine.height:
+                            continue
+                        bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())
                     if i not in ctxs:
                         ctxs[i] = ParseContext(info, src.name, options)
                         ctxs[i].watch_lines = watch

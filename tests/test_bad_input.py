@@ -131,7 +131,7 @@ def test_compressed_formats_and_nested_archives(tmp_path: Path) -> None:
     for name in ("a.log.zst", "b.log.bz2", "c.log.xz", "bundle.tar!node003/rank7.log.gz"):
         assert per_file[name].events >= 1, name
     member = result.events.filter(result.events["file"] == "bundle.tar!node003/rank7.log.gz")
-    assert member["line"].to_list() == [1, 2]  # line numbers inside the decompressed member
+    assert sorted(set(member["line"].to_list())) == [1, 2]  # line numbers inside the decompressed member (several sources may read a line)
     assert set(member["host"].drop_nulls().to_list()) == {"node001", "node003"}  # NCCL's own host; the folder's for c10
 
 

@@ -429,4 +429,25 @@ def test_holes_of_a_sparse_file_are_skipped(tmp_path: Path) -> None:
     assert rec.bytes < 16 * 1024 * 1024  # the data blocks, not 20 GiB of NULs
     ev = result.events.filter(pl.col("kind") == "collective_timeout")
     assert sorted(ev["rank"].to_list()) == [3, 4]
-    assert ev["line"].to_list() == [1, 3]  # line 2 is the hole (NULs) and its "\\n": numbering as a plain split
+    assert ev["line"].to_list() == [1, 3]  # line 2 is the hole (NULs) and its newline: numbering as a plain split
+
+
+def test_python_polars_and_streaming_paths_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Few hits are split in Python, many in polars, large files stream through threads:
+    all three must give the same events (the golden inputs of the line sources, plus a flood)."""
+    golden = Path(__file__).parent / "golden"
+    root = tmp_path / "job"
+    root.mkdir()
+    for src in ("nccl", "pytorch", "kernel", "slurm"):
+        for case in sorted((golden / src).glob("*")):
+            if ".expected." not in case.name and case.is_file() and case.name != "README.md":
+                (root / f"{src}-{case.name}").write_bytes(case.read_bytes() + (WARN * 50).encode() + case.read_bytes())
+
+    def events() -> list[dict]:
+        return ingest(root, workers=1).events.sort(["file", "line", "source", "kind", "message"]).to_dicts()
+
+    base = events()
+    monkeypatch.setattr(ingest_mod, "SMALL_HITS", 0)  # polars split
+    assert events() == base
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 4096)  # many blocks: threads
+    assert events() == base
