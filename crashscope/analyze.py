@@ -66,7 +66,10 @@ def analyze(
     started = _time.perf_counter()
     budget = Budget(budget_s, max_memory) if (budget_s is not None or max_memory is not None) else None
     root = Path(root)
-    warnings: list[str] = []
+    from crashscope.health import component_warnings
+
+    # No rules or no classifier weakens every verdict: the report says so, never silently.
+    warnings: list[str] = component_warnings()
     zone = resolve_tz(tz)
     if tz and zone is None:
         warnings.append(f"unknown time zone {tz!r}; local stamps read as UTC")
