@@ -347,8 +347,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
 
         if kind == "oom":
             cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 1200 * 1024 * 1024})
-            cg_move(cg, tpid)
             cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
+            cg_move(cg, tpid)
             fault = (f"rank {tgt} (pid {tpid}) moved into memory cgroup {cg.name} with "
                      f"memory.limit_in_bytes=1200MiB at {iso(utcnow())}; the program leaks 128 MiB/step "
                      f"from iteration {at} on that rank")
@@ -398,8 +398,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             elif kind == "cpu_starve":
                 q, per = sc["quota_us"], sc["period_us"]
                 cg = cg_make(CPUCG_PARENT, f"cslab_{sid}", {"cpu.cfs_period_us": per, "cpu.cfs_quota_us": q})
-                cg_move(cg, tpid)
                 cleanup.append(lambda cg=cg: cg_remove(cg, CPUCG_PARENT))
+                cg_move(cg, tpid)
                 fault = (f"rank {tgt} (pid {tpid}) moved into cpu cgroup with cpu.cfs_quota_us={q} "
                          f"cpu.cfs_period_us={per} ({100 * q / per:.1f}% of one CPU) at {iso(t_inj)} (after iteration {at})")
                 if sc.get("hog"):
