@@ -170,9 +170,10 @@ _DESYNC_HEADER = regex.compile(r"^\s*- To our best knowledge, the lagging/dead/m
 _MISMATCH = regex.compile(r"Detected mismatch between collectives on ranks")
 # The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
 # read its leading fields instead of matching its body.
-_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+))?")
+_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
 _FP_SEQ = regex.compile(r"SequenceNumber=(?P<seq>\d+)")
 _FP_OP = regex.compile(r"OpType=(?P<op>\w+)")
+_FP_SHAPE = regex.compile(r"TensorShape=(?P<shape>\[[^\]]*\])")
 
 _TB_START = regex.compile(r"^Traceback \(most recent call last\):\s*$")
 _TB_FRAME = regex.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
@@ -650,7 +651,9 @@ class _Parser:
             if sm := _FP_SEQ.search(body):
                 seqs.append(int(sm.group("seq")))
             if om := _FP_OP.search(body):
-                ops.append(om.group("op"))
+                # the shape too: the same op on a differently shaped tensor is a mismatch as well
+                shape = _FP_SHAPE.search(body)
+                ops.append(om.group("op") + (shape.group("shape") if shape else ""))
         detail = msg.split("Collectives differ in the following aspects:", 1)
         attrs: dict[str, Any] = {"detail": (detail[1] if len(detail) > 1 else msg).strip(), "ranks": ranks}
         if seqs:

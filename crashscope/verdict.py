@@ -1,0 +1,573 @@
+"""The verdict: from rule and analysis findings on the aligned timeline to one cause.
+
+The symptom is not the cause. Watchdog timeouts, "connection closed by peer", SIGABRT
+exits and Slurm's kill of the step are what every rank prints; the cause is the earliest
+anomaly they follow from. So:
+
+1. The failure instant ``t_fail`` is the earliest *symptom* (first collective timeout,
+   first non-zero exit, first cancel banner), else the earliest cause finding, else the
+   job's end.
+2. Cause findings are scored by their rule weight and by *when* they happened relative to
+   ``t_fail``: inside the correlation window (``WINDOW_BEFORE_S`` before to
+   ``WINDOW_AFTER_S`` after) and before the symptoms counts fully; long before (an Xid
+   from last week, an NFS hiccup that recovered) or long after (teardown noise) counts
+   little. Timeless evidence (version drift) counts as in the window.
+3. The trained classifier (if shipped) gives a second opinion from timeline features; the
+   two are blended. Little evidence gives ``unknown`` with what is missing; a completed job
+   with no failure signal gives ``none``.
+4. Other causes seen in the window are reported as co-occurring, not hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from crashscope.engine.model import Finding
+from crashscope.report.model import EvidenceItem
+from crashscope.schema import CAUSES, Kind
+from crashscope.timeline import Timeline, iso
+
+log = logging.getLogger(__name__)
+
+WINDOW_BEFORE_S = 600.0
+WINDOW_AFTER_S = 300.0
+OLD_EVIDENCE_FACTOR = 0.2  # evidence from before the window (recovered, unrelated)
+LATE_EVIDENCE_FACTOR = 0.35  # evidence from after the window (teardown)
+AFTER_SYMPTOM_FACTOR = 0.6  # in the window but after the first symptom
+MIN_CAUSE_SCORE = 0.3  # below this the rules alone do not name a cause
+CLASSIFIER_CORROBORATES = 0.6  # ... but with the classifier this sure of the same cause, they do
+RULES_SHARE = 0.65  # blend: rules vs classifier
+UNKNOWN_CONFIDENCE_CAP = 0.5
+NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
+CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
+RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
+LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
+LOCATE_WITHIN_S = 120.0
+SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
+FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
+
+CAUSE_TITLES = {
+    "fabric_timeout": "Network fabric failure",
+    "storage_stall": "Storage stall",
+    "driver_drift": "Software/driver version drift",
+    "preemption": "Scheduler preemption or cancellation",
+    "gpu_throttle": "GPU throttling",
+    "gpu_hardware": "GPU hardware fault",
+    "node_failure": "Node failure",
+    "oom": "Out of memory",
+    "software_error": "Software error in the training code",
+    "time_limit": "Job time limit",
+    "unknown": "Unknown",
+    "none": "No failure",
+}
+
+@dataclass
+class Verdict:
+    """What :func:`decide` concludes; the report's verdict fields, nothing else."""
+
+    cause: str = "unknown"
+    confidence: float = 0.0
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    implicated: dict[str, list[Any]] = field(default_factory=lambda: {"nodes": [], "ranks": [], "gpus": []})
+    first_failure: dict[str, Any] | None = None
+    evidence: list[EvidenceItem] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    co_occurring: list[dict[str, Any]] = field(default_factory=list)
+    summary: str = ""
+    timeline_excerpt: list[dict[str, Any]] = field(default_factory=list)
+    classifier: dict[str, Any] | None = None
+    missing: list[str] = field(default_factory=list)  # as given, plus what the verdict found missing
+
+
+def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] | None = None, missing: list[str] | None = None) -> Verdict:
+    """The verdict from rule and analysis findings over the aligned timeline: a pure
+    function (no I/O, no report), so every caller (CLI, epilog, tests) gets the same answer.
+
+    ``classifier`` is the trained model's opinion (``{"model", "probabilities"}``) or None;
+    ``missing`` the data whose absence lowers confidence (the report's ``missing``)."""
+    v = Verdict(missing=list(missing or []))
+    ev = _this_job(tl.events, tl.job_id)
+    deciding = [f for f in findings if f.status == "stable"]
+    outcome = job_outcome(ev)
+    symptoms = [f for f in deciding if f.role == "symptom"]
+    causes = [f for f in deciding if f.role == "cause"]
+    t_fail = _failure_time(symptoms, causes, ev)
+    before_s = _window_before(ev)
+    scored = sorted(((score_finding(f, t_fail, before_s), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
+    per_cause: dict[str, float] = defaultdict(float)
+    best: dict[str, tuple[float, Any]] = {}
+    for s, f in scored:
+        if s <= 0:
+            continue
+        # The strongest finding counts fully, corroborating ones a little (no vote stuffing).
+        per_cause[f.cause] = min(1.0, per_cause[f.cause] + (s if f.cause not in best else 0.1 * s))
+        best.setdefault(f.cause, (s, f))
+
+    if outcome == "COMPLETED":
+        # Slurm says it completed: only hard failure signals overrule it (stray Xids,
+        # recovered NFS hiccups and old warnings do not). A run that crawled to the end
+        # is an incident too.
+        failed = _has_failure_events(ev, completed=True) or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
+    else:
+        failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
+    clf = classifier
+    v.classifier = clf
+
+    if ev.height == 0:
+        v.cause = "unknown"
+        v.confidence = 0.0
+        v.summary = "No recognizable log line was found, so nothing can be said about this job."
+        return v
+    if not failed and outcome in (None, "COMPLETED"):
+        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev)
+        v.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
+        if success:
+            v.cause = "none"
+            v.confidence = 0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev) else RUN_END_CONFIDENCE
+            v.summary = (
+                "The job completed normally." if outcome == "COMPLETED"
+                else "Every process exited with code 0 and no failure signal was found." if _clean_exits(ev)
+                else "The run said it finished and no failure signal was found."
+            )
+            return v
+        # "none" needs a success signal; logs that say neither are not a clean run.
+        v.cause = "unknown"
+        v.confidence = NO_SIGNAL_CONFIDENCE
+        v.summary = (
+            "No failure signal was found, but nothing says the job finished either (no exit status, "
+            "no scheduler record): the logs may be cut, or the failing lines are in files that were not collected."
+        )
+        v.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
+        return v
+
+    blend_clf = clf
+    if clf and clf.get("probabilities") and per_cause:
+        clf_top = next(iter(clf["probabilities"]))
+        if clf_top not in best and clf_top != "none":
+            # Sure of a cause no line supports: these logs are unlike its (simulated)
+            # training jobs, so its opinion is left out rather than diluting the rules'.
+            blend_clf = None
+            clf["ignored"] = f"its top cause {clf_top!r} has no supporting line in these logs"
+    dist = _blend(per_cause, blend_clf)
+    dist.pop("none", None)  # it failed: "none" is not an alternative
+    # Only a cause with a line behind it can be the verdict: the classifier (trained on
+    # simulated jobs) re-weighs the causes the rules and analyses found, it never names one
+    # alone, since on logs unlike its training data it can be sure and wrong.
+    supported = {c: p for c, p in dist.items() if c in best}
+    top, p_top = max(supported.items(), key=lambda kv: kv[1]) if supported else ("unknown", 0.0)
+    rules_top = max(per_cause.values()) if per_cause else 0.0
+    clf_agrees = bool(blend_clf) and float(((blend_clf or {}).get("probabilities") or {}).get(top, 0.0)) >= CLASSIFIER_CORROBORATES
+    if rules_top < MIN_CAUSE_SCORE and not clf_agrees:
+        # Weak lines alone (a SIGKILL exit) name no cause, unless the classifier reads the
+        # whole timeline the same way.
+        top = "unknown"
+    if top in ("none",) and failed:
+        top = "unknown"
+
+    v.alternatives = [
+        {"cause": c, "probability": round(p, 3)} for c, p in sorted(dist.items(), key=lambda kv: -kv[1]) if c != top and p >= 0.01
+    ][:4]
+    hang_suspects = _hang_suspects(tl)
+    if top == "unknown":
+        v.cause = "unknown"
+        v.confidence = round(min(UNKNOWN_CONFIDENCE_CAP, 1.0 - p_top if dist else 0.5), 3)
+        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing)
+        if hang_suspects:
+            v.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+        v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
+        if symptoms:
+            first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
+            v.first_failure = _first_failure(first)
+        v.timeline_excerpt = _excerpt(ev, t_fail)
+        return v
+
+    primary = best[top][1] if top in best else None
+    same = [f for _, f in scored if f.cause == top]
+    if primary is not None and not primary.hosts:
+        # Job-level statements (sacct NODE_FAIL) name no host; a corroborating finding may.
+        located = next((f for f in same if f.hosts), None)
+        if located is not None:
+            primary = located
+    borrowed = None
+    if primary is not None and not primary.hosts and primary.first_time is not None:
+        # A cause line that names no node (a dmesg without its host, an OOM kill by pid)
+        # happened where a rank stopped at that moment: the who-stopped-first analyses say where.
+        borrowed = next(
+            (
+                f for f in deciding
+                if f.rule_id in LOCATING_ANALYSES and f.hosts and f.first_time is not None
+                and abs(f.first_time - primary.first_time) <= LOCATE_WITHIN_S * 1e9
+            ),
+            None,
+        )
+    v.cause = top
+    coverage_penalty = 0.9 ** min(len(v.missing), 3)
+    # However the votes fall, a verdict is only as sure as its most decisive line: a 0.6
+    # rule (a lone traceback) cannot reach the 0.8 that promises the cause is right.
+    strongest = best[top][0] if top in best else 0.0
+    v.confidence = round(max(0.0, min(0.99, p_top, evidence_cap(strongest)) * coverage_penalty), 3)
+    if primary is not None:
+        v.implicated = _implicated(borrowed or primary, ev)
+        narrowed = _narrow_hosts(primary, same)
+        if narrowed:
+            v.implicated = _implicated(narrowed, ev)
+        elif top == "driver_drift" and len(v.implicated["nodes"]) == 2:
+            older = _older_host(ev, v.implicated["nodes"])
+            if older:
+                v.implicated = _restrict(v.implicated, older, ev)
+        # The first failure is the earliest in-window evidence of the verdict's cause (an
+        # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
+        hosts = set(v.implicated["nodes"])
+        ranks = set(v.implicated["ranks"])
+        pool = [
+            e for f in same for e in f.evidence
+            if (e.time is None or _in_window(e.time, t_fail, before_s)) and (not hosts or e.host in hosts)
+        ]
+        # The culprit's own line, when the finding names ranks (the odd rank of a mismatch).
+        pool = [e for e in pool if e.rank in ranks] or pool if ranks else pool
+        first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
+        if first is not None:
+            v.first_failure = _first_failure(first)
+            if borrowed is not None and first.host is None and len(v.implicated["nodes"]) == 1:
+                v.first_failure["node"] = v.implicated["nodes"][0]
+                if v.first_failure.get("rank") is None and len(v.implicated["ranks"]) == 1:
+                    v.first_failure["rank"] = v.implicated["ranks"][0]
+    elif hang_suspects:
+        v.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+    causes_ev = sorted(((f, e) for f in same for e in f.evidence[:5]), key=lambda p: _evidence_order(p[1]))
+    symptom_ev = sorted(((f, e) for f in symptoms for e in f.evidence[:1]), key=lambda p: _evidence_order(p[1]))
+    v.evidence = [_evidence(f, e) for f, e in causes_ev + symptom_ev][:25]
+    actions: list[str] = []
+    for f in same:
+        for a in f.actions:
+            if a not in actions:
+                actions.append(a)
+    v.actions = actions[:8]
+    v.co_occurring = [
+        {
+            "cause": f.cause,
+            "rule": f.rule_id,
+            "nodes": list(f.hosts),
+            "time": iso(f.first_time),
+            "file": f.evidence[0].file if f.evidence else None,
+            "line": f.evidence[0].line if f.evidence else None,
+            "score": round(s, 3),
+        }
+        for s, f in scored
+        if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
+    ][:6]
+    v.summary = _summary(top, primary, symptoms, tl)
+    v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
+    return v
+
+
+def _this_job(ev: pl.DataFrame, job_id: str | None) -> pl.DataFrame:
+    """Lines about other jobs (a user's scancel of another job in slurmctld.log, an OOM
+    kill in another job's cgroup) are not evidence about this one."""
+    if not job_id:
+        return ev
+    return ev.filter(pl.col("job_id").is_null() | (pl.col("job_id") == job_id) | pl.col("job_id").str.starts_with(job_id + "."))
+
+
+def _window_before(ev: pl.DataFrame) -> float:
+    """The cause precedes the timeouts by about the collective timeout: with a 30-minute
+    Timeout(ms), evidence 25 minutes before the first timeout is not old."""
+    to = ev.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value)
+    if to.height == 0:
+        return WINDOW_BEFORE_S
+    ms = to.select(pl.col("attrs").str.json_path_match("$.timeout_ms").cast(pl.Float64, strict=False).max()).item()
+    return max(WINDOW_BEFORE_S, (ms or 0) / 1000 + WINDOW_AFTER_S)
+
+
+def score_finding(f: Any, t_fail: int | None, before_s: float = WINDOW_BEFORE_S) -> float:
+    """Rule weight scaled by where the evidence sits relative to the failure."""
+    w = float(f.weight)
+    if f.first_time is None or t_fail is None:
+        return w
+    dt = (f.first_time - t_fail) / 1e9
+    if dt < -before_s:
+        # The latest evidence may still be in the window even if the first is old.
+        last = max((e.time for e in f.evidence if e.time is not None), default=f.first_time)
+        if (last - t_fail) / 1e9 >= -before_s:
+            return w * AFTER_SYMPTOM_FACTOR
+        return w * OLD_EVIDENCE_FACTOR
+    if dt > WINDOW_AFTER_S:
+        return w * LATE_EVIDENCE_FACTOR
+    return w if dt <= 1.0 else w * AFTER_SYMPTOM_FACTOR
+
+
+def _in_window(t: int | None, t_fail: int | None, before_s: float = WINDOW_BEFORE_S) -> bool:
+    if t is None or t_fail is None:
+        return True
+    dt = (t - t_fail) / 1e9
+    return -before_s <= dt <= WINDOW_AFTER_S
+
+
+def _failure_time(symptoms: list[Any], causes: list[Any], ev: pl.DataFrame) -> int | None:
+    times = [f.first_time for f in symptoms if f.first_time is not None]
+    if times:
+        return min(times)
+    times = [f.first_time for f in causes if f.first_time is not None]
+    if times:
+        return min(times)
+    t = ev["time"].drop_nulls()
+    if t.len():
+        from crashscope.timeline import _ns
+
+        return _ns(t.max())
+    return None
+
+
+def job_outcome(ev: pl.DataFrame) -> str | None:
+    """The job's final Slurm state (job row, not steps), if any record says it."""
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    if st.height == 0:
+        return None
+    states: list[tuple[int, str]] = []
+    for attrs, src in st.select("attrs", pl.col("source").cast(pl.String)).iter_rows():
+        try:
+            a = json.loads(attrs or "{}")
+        except ValueError:
+            continue
+        if a.get("step") not in (None, "", "batch"):
+            continue
+        s = str(a.get("state") or "").split()[0].upper() if a.get("state") else ""
+        if s:
+            states.append((0 if src == "sacct" else 1, s))
+    if not states:
+        return None
+    states.sort()
+    return states[0][1]
+
+
+# Error events of these kinds mean the job (or a rank) failed even when no rule names a
+# cause: the verdict is then "unknown", never "none".
+FAILURE_KINDS = {
+    Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value,
+    Kind.ROOT_CAUSE_REPORT.value, Kind.CUDA_ERROR.value, Kind.WATCHDOG_ERROR.value, Kind.NCCL_ERROR.value,
+    Kind.NETWORK_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value, Kind.DESYNC_REPORT.value, Kind.COLLECTIVE_MISMATCH.value,
+    Kind.HUNG_TASK.value, Kind.PCIE_ERROR.value, Kind.KERNEL_PANIC.value, Kind.SEGFAULT.value, Kind.XID.value,
+    Kind.EXCEPTION.value,
+}
+
+
+def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
+    kinds = set(FAILURE_KINDS)
+    if completed:
+        # Slurm says COMPLETED: a logged traceback, a stray Xid or a transient NCCL warning
+        # does not undo that; only hard failure signals do.
+        kinds = {Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value}
+    bad = ev.filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("severity").cast(pl.String).is_in(["error", "critical"]))
+    if bad.height:
+        return True
+    exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
+    for a in exits["attrs"].drop_nulls().to_list():
+        try:
+            d = json.loads(a)
+        except ValueError:
+            continue
+        code = d.get("exitcode")
+        if (code not in (None, 0, "0")) or d.get("signal"):
+            return True
+    return False
+
+
+def evidence_cap(weight: float) -> float:
+    """The highest confidence evidence of this (timing-scaled) weight allows: rules of
+    weight 0.77 or more (an Xid 79, a time-limit banner, an IB completion error) can reach
+    0.8; inferences (silence, a lone exception, a version difference) stay below it."""
+    return CAP_BASE + CAP_SLOPE * max(0.0, min(1.0, weight))
+
+
+def _clean_exits(ev: pl.DataFrame) -> bool:
+    """Launcher exit records exist and every one says exit code 0 (no signal)."""
+    exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)["attrs"].drop_nulls().to_list()
+    codes = []
+    for a in exits:
+        try:
+            d = json.loads(a)
+        except ValueError:
+            continue
+        if d.get("signal"):
+            return False
+        codes.append(d.get("exitcode"))
+    return bool(codes) and all(c in (0, "0") for c in codes)
+
+
+def _run_finished(ev: pl.DataFrame) -> bool:
+    """A trainer or benchmark said it finished (applog's run_end)."""
+    return ev.filter(pl.col("kind") == Kind.RUN_END.value).height > 0
+
+
+def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str, float]:
+    rules_total = sum(per_cause.values())
+    rules = {c: v / rules_total for c, v in per_cause.items()} if rules_total > 0 else {}
+    probs = (clf or {}).get("probabilities") or {}
+    if not rules and not probs:
+        return {}
+    if not probs:
+        # Rules alone: sharpen by absolute strength, leave the rest to "unknown".
+        top = max(per_cause.values())
+        return {c: v * min(1.0, 0.55 + 0.45 * top) for c, v in rules.items()}
+    if not rules:
+        return {c: p * 0.7 for c, p in probs.items()}
+    causes = set(rules) | set(probs)
+    return {c: RULES_SHARE * rules.get(c, 0.0) + (1 - RULES_SHARE) * float(probs.get(c, 0.0)) for c in causes}
+
+
+def _classifier(tl: Timeline, findings: list[Any]) -> dict[str, Any] | None:
+    try:
+        from crashscope.classify.features import extract
+        from crashscope.classify.model import default_model
+    except ImportError:
+        return None
+    try:
+        model = default_model()
+        probs = model.predict_proba(extract(tl, findings))
+    except Exception as exc:  # noqa: BLE001 - a missing/old model must not stop the report
+        log.info("classifier unavailable: %s", exc)
+        return None
+    probs = {c: round(float(p), 4) for c, p in probs.items() if c in CAUSES}
+    return {"model": getattr(model, "version", None), "probabilities": dict(sorted(probs.items(), key=lambda kv: -kv[1]))}
+
+
+def _hang_suspects(tl: Timeline) -> list[tuple[str | None, int]]:
+    """Ranks that did not report the timeout every other rank reported."""
+    for g in tl.groups:
+        if g.kind == Kind.COLLECTIVE_TIMEOUT.value and g.missing_ranks:
+            ev = tl.events.filter(pl.col("rank").is_in(g.missing_ranks) & pl.col("host").is_not_null())
+            host_of = dict(ev.group_by("rank").agg(pl.col("host").mode().first()).iter_rows())
+            return [(host_of.get(r), r) for r in g.missing_ranks[:64]]
+    return []
+
+
+def _implicated(f: Any, ev: pl.DataFrame) -> dict[str, list[Any]]:
+    gpus = []
+    index_of = {}
+    inv = ev.filter(pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv"]))
+    for h, g, i in inv.select("host", "gpu", "gpu_index").unique().iter_rows():
+        index_of[(h, g)] = i
+    for host, pci, idx in f.gpus:
+        idx = idx if idx is not None else index_of.get((host, pci))
+        item: dict[str, Any] = {"node": host, "index": idx}
+        if pci:
+            item["pci"] = pci
+        if item not in gpus:
+            gpus.append(item)
+    return {"nodes": sorted(set(f.hosts)), "ranks": sorted(set(int(r) for r in f.ranks)), "gpus": gpus}
+
+
+def _narrow_hosts(primary: Any, same: list[Any]) -> Any:
+    """When the best finding cannot tell hosts apart (a 1-vs-1 version tie), a finding of
+    the same cause that names a strict subset of them (the node whose ranks failed with
+    "driver version is insufficient") picks the culprit."""
+    if len(primary.hosts) < 2:
+        return None
+    hosts = set(primary.hosts)
+    for f in same:
+        if f is not primary and f.hosts and set(f.hosts) < hosts:
+            return f
+    return None
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+
+
+def _older_host(ev: pl.DataFrame, hosts: list[str]) -> str | None:
+    """Two hosts, two versions, no majority: the one left behind (older) is the suspect,
+    as a node missed by an upgrade is the usual story."""
+    vers = ev.filter((pl.col("kind") == Kind.VERSION.value) & pl.col("host").is_in(hosts)).select(
+        "host", pl.col("attrs").str.json_path_match("$.component").alias("c"), pl.col("attrs").str.json_path_match("$.version").alias("v")
+    ).drop_nulls().unique()
+    for comp in ("driver", "cuda_driver", "nccl", "torch", "ofed", "cuda_runtime", "cuda_toolkit"):
+        per = {h: v for h, c, v in vers.iter_rows() if c == comp}
+        if len(per) == 2 and len(set(per.values())) == 2:
+            return min(per, key=lambda h: _version_tuple(per[h]))
+    return None
+
+
+def _restrict(imp: dict[str, list[Any]], host: str, ev: pl.DataFrame) -> dict[str, list[Any]]:
+    on_host = set(ev.filter(pl.col("host") == host)["rank"].drop_nulls().to_list())
+    return {"nodes": [host], "ranks": [r for r in imp["ranks"] if r in on_host], "gpus": [g for g in imp["gpus"] if g.get("node") == host]}
+
+
+LINE_SOURCES_FIRST = {"nccl": 0, "pytorch": 0, "kernel": 0, "slurm": 0}
+
+
+def _evidence_order(e: Any) -> tuple:  # type: ignore[type-arg]
+    """Earliest first; at the same instant a log line beats a structured record (an
+    error.json repeating the traceback, a sacct row), as the line is what people open."""
+    # At the same instant, the lowest rank: a node whose ranks all stopped at once is
+    # reported by its first rank, whichever file happened to list it first.
+    return (e.time is None, e.time or 0, LINE_SOURCES_FIRST.get(e.source, 1), e.rank is None, e.rank or 0, e.file, e.line or 0)
+
+
+def _earliest_evidence(f: Any) -> Any:
+    if not f.evidence:
+        return None
+    return min(f.evidence, key=_evidence_order)
+
+
+def _first_failure(e: Any) -> dict[str, Any]:
+    return {"time": iso(e.time), "node": e.host, "rank": e.rank, "source": e.source, "message": e.message, "file": e.file, "line": e.line}
+
+
+def _evidence(f: Any, e: Any) -> EvidenceItem:
+    gpu = {"pci": e.gpu, "index": e.gpu_index} if (e.gpu or e.gpu_index is not None) else None
+    return EvidenceItem(
+        rule=f.rule_id, cause=f.cause, time=iso(e.time), node=e.host, rank=e.rank, file=e.file, line=e.line,
+        message=e.message, gpu=gpu, role=f.role, source=e.source, kind=e.kind,
+    )
+
+
+def _excerpt(ev: pl.DataFrame, t: int | None) -> list[dict[str, Any]]:
+    from crashscope.analyze import excerpt_around
+
+    return excerpt_around(ev, t)
+
+
+def _summary(cause: str, primary: Any, symptoms: list[Any], tl: Timeline) -> str:
+    parts = [f"{CAUSE_TITLES.get(cause, cause)}"]
+    if primary is not None:
+        where = ", ".join(primary.hosts[:3]) or "?"
+        ranks = f" (rank {', '.join(str(r) for r in primary.ranks[:4])})" if primary.ranks else ""
+        when = iso(primary.first_time)
+        parts.append(f": {primary.title} on {where}{ranks}" + (f" at {when}" if when else ""))
+        peers = _link_peers(tl.events, primary.hosts) if cause == "fabric_timeout" else []
+        if peers:
+            parts.append(f" (peer {', '.join(peers[:3])}: check the link between them)")
+    timeouts = next((g for g in tl.groups if g.kind == Kind.COLLECTIVE_TIMEOUT.value), None)
+    if timeouts is not None:
+        parts.append(f"; then {len(timeouts.ranks)} rank(s) timed out in {timeouts.signature} (symptom)")
+    elif symptoms:
+        parts.append(f"; {len(symptoms)} symptom rule(s) followed")
+    return "".join(parts) + "."
+
+
+def _link_peers(ev: pl.DataFrame, hosts: tuple[str, ...]) -> list[str]:
+    """Hosts at the other end of the failing network connections of ``hosts``."""
+    ne = ev.filter(
+        (pl.col("kind") == Kind.NETWORK_ERROR.value) & pl.col("host").is_in(list(hosts)) & pl.col("attrs").str.contains('"peer_host"', literal=True)
+    )
+    peers = ne.select(pl.col("attrs").str.json_path_match("$.peer_host")).to_series().drop_nulls().to_list()
+    return sorted({p for p in peers if p not in hosts})
+
+
+def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], missing: list[str]) -> str:
+    msg = "The job failed, but no root-cause evidence was found"
+    if symptoms:
+        msg += f" (only symptoms: {', '.join(sorted({f.title for f in symptoms})[:3])})"
+    if suspects:
+        msg += f"; ranks {', '.join(str(r) for _, r in suspects[:8])} never reported the collective timeout everyone else hit: they are the hang suspects"
+    if missing:
+        msg += f". Missing: {'; '.join(missing[:3])}"
+    return msg + "."
