@@ -23,7 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-CONFIDENT = 0.8
+from crashscope.verdict import CONFIDENT_LINE as CONFIDENT
+
 # Causes that concern the whole job (the scheduler's decision, a clean run): a node named
 # in the banner is where the message was printed, not a culprit, so no culprit is scored.
 WHOLE_JOB_CAUSES = ("time_limit", "preemption", "none", "unknown")

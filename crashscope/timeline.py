@@ -135,8 +135,8 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = _kernel_clock(ev, warnings)
     ev, skew = _clock_skew(ev, warnings)
     ev = _same_line_times(ev)
+    ev = _borrow_times(ev)  # a stamped twin of the same exception beats a neighbour's time
     ev = _interpolate(ev)
-    ev = _borrow_times(ev)
     ev = _peer_hosts(ev)
     ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
     ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])

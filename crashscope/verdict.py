@@ -45,6 +45,8 @@ CLASSIFIER_CORROBORATES = 0.6  # ... but with the classifier this sure of the sa
 RULES_SHARE = 0.65  # blend: rules vs classifier
 UNKNOWN_CONFIDENCE_CAP = 0.5
 NO_SIGNAL_CONFIDENCE = 0.3  # neither failure nor success in the logs
+DECISIVE_MARGIN = 0.15  # causes this close to the strongest weight count as decisive
+CONFIDENT_LINE = 0.8  # a verdict at or above this must be right (evaluation.CONFIDENT)
 CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
 RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
@@ -313,9 +315,12 @@ def _failure_time(symptoms: list[Any], causes: list[Any], ev: pl.DataFrame) -> i
     times = [f.first_time for f in symptoms if f.first_time is not None]
     if times:
         return min(times)
-    times = [f.first_time for f in causes if f.first_time is not None]
-    if times:
-        return min(times)
+    # No symptom: the earliest of the decisive causes (a checkpoint that never finished
+    # because the node died mid-write is not when the failure happened).
+    timed = [f for f in causes if f.first_time is not None]
+    if timed:
+        top = max(float(f.weight) for f in timed)
+        return min(f.first_time for f in timed if float(f.weight) >= top - DECISIVE_MARGIN)
     t = ev["time"].drop_nulls()
     if t.len():
         from crashscope.timeline import _ns

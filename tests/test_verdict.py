@@ -1,0 +1,73 @@
+"""decide(): the verdict as a pure function of findings, the timeline and the classifier's
+opinion, tested without any ingest."""
+
+from __future__ import annotations
+
+import copy
+
+from crashscope.engine.model import Evidence, Finding
+from crashscope.timeline import Timeline
+from crashscope.verdict import CAP_BASE, CAP_SLOPE, CONFIDENT_LINE, decide, evidence_cap
+from tests.factories import SEC, T0, make_events
+
+
+def _finding(cause: str, weight: float, *, role: str = "cause", t: float = 0.0, host: str = "node002", rank: int = 9, rule: str = "r") -> Finding:
+    ev = Evidence(time=T0 + int(t * SEC), host=host, rank=rank, gpu=None, gpu_index=None, file=f"logs/rank{rank}.log",
+                  line=42, source="nccl", kind="network_error", message="NET/IB : Got completion from peer with status=12")
+    return Finding(rule_id=rule, title=rule, cause=cause, role=role, status="stable", weight=weight, first_time=ev.time,
+                   count=1, hosts=(host,), ranks=(rank,), gpus=(), evidence=(ev,), explanation="", actions=("look",))
+
+
+def _timeline(*rows: dict) -> Timeline:
+    ev = make_events(*rows) if rows else make_events(dict(kind="log_error", severity="error", message="x"))
+    return Timeline(ev, None, ["node001", "node002"], 16, list(range(16)), {}, [], [])
+
+
+def test_the_strongest_in_window_cause_wins_and_names_its_place():
+    fs = [_finding("fabric_timeout", 0.9, t=0, rule="ib"), _finding("software_error", 0.6, t=5, host="node001", rank=1, rule="exc"),
+          _finding("fabric_timeout", 0.25, role="symptom", t=600, rule="timeout")]
+    v = decide(fs, _timeline())
+    assert v.cause == "fabric_timeout"
+    assert v.implicated["nodes"] == ["node002"] and v.implicated["ranks"] == [9]
+    assert v.first_failure["file"] == "logs/rank9.log" and v.first_failure["line"] == 42
+    assert [e.rule for e in v.evidence][:1] == ["ib"]
+
+
+def test_confidence_is_capped_by_the_most_decisive_line():
+    v = decide([_finding("software_error", 0.6)], _timeline())
+    assert v.cause == "software_error" and v.confidence <= evidence_cap(0.6) < CONFIDENT_LINE
+    assert evidence_cap(0.9) == CAP_BASE + CAP_SLOPE * 0.9 >= CONFIDENT_LINE
+
+
+def test_a_classifier_sure_of_an_unsupported_cause_is_left_out():
+    clf = {"model": "m", "probabilities": {"gpu_hardware": 0.99, "node_failure": 0.005}}
+    v = decide([_finding("node_failure", 0.55, rule="silent-ranks")], _timeline(), classifier=clf)
+    assert v.cause == "node_failure"
+    assert "ignored" in v.classifier
+
+
+def test_only_symptoms_is_unknown():
+    v = decide([_finding("fabric_timeout", 0.25, role="symptom")], _timeline())
+    assert v.cause == "unknown" and v.confidence <= 0.5
+
+
+def test_no_failure_and_no_success_signal_is_unknown_with_what_is_missing():
+    tl = _timeline(dict(kind="train_step", severity="info", message="step 1"))
+    v = decide([], tl)
+    assert v.cause == "unknown" and any("exit status" in m for m in v.missing)
+
+
+def test_completed_without_failure_is_none():
+    tl = _timeline(dict(source="sacct", kind="job_state", severity="info", message="sacct: JobId=1 State=COMPLETED",
+                        attrs={"state": "COMPLETED"}))
+    assert decide([], tl).cause == "none"
+
+
+def test_decide_is_pure():
+    fs = [_finding("fabric_timeout", 0.9)]
+    tl = _timeline()
+    missing = ["no kernel log"]
+    before = (copy.deepcopy(fs), tl.events.clone(), list(missing))
+    a, b = decide(fs, tl, missing=missing), decide(fs, tl, missing=missing)
+    assert a == b
+    assert (fs, missing) == (before[0], before[2]) and tl.events.equals(before[1])
