@@ -48,6 +48,9 @@ MAX_GPUS_PER_FILE = 131_072
 # Identical events of one file beyond this many rows fold into the last of those rows
 # (memory and every later stage stay bounded on a flood; ordinary logs are unchanged).
 FOLD_AFTER = 8
+# Samples of a series, already thinned by their source (one telemetry sample per GPU per
+# minute, a bounded step series): their times are the point, so they never fold.
+SERIES_KINDS = frozenset({Kind.GPU_TELEMETRY.value, Kind.TRAIN_STEP.value, Kind.ACTIVITY.value, Kind.CHECKPOINT.value})
 MAX_ATTRS_CHARS = 64 * 1024  # longer attrs JSON: long strings in it are cut
 _HOSTNAME = regex.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 
@@ -165,7 +168,7 @@ class ParseContext:
         attrs_json = _attrs_json(attrs) if attrs else None
         key = (kind_v, severity_v, host, rank, local_rank, gpu, gpu_index, pid, job_id, message.strip(), attrs_json)
         seen = self._seen.get(key)
-        if seen is not None and seen[0] >= FOLD_AFTER:
+        if seen is not None and seen[0] >= FOLD_AFTER and kind_v not in SERIES_KINDS:
             last = seen[1]
             if line is not None and line in self.watch_lines:
                 self._line_rows.setdefault(line, last)
