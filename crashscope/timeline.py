@@ -184,9 +184,15 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     if not ev.filter(cat).height:
         return ev
     other = ev.filter(~cat & pl.col("line").is_not_null()).select("file", "line", "kind").unique()
-    return ev.join(other.with_columns(pl.lit(True).alias("_twin")), on=["file", "line", "kind"], how="left").filter(
+    ev = ev.join(other.with_columns(pl.lit(True).alias("_twin")), on=["file", "line", "kind"], how="left").filter(
         ~(cat & pl.col("_twin").fill_null(False))
     ).drop("_twin")
+    # The same text echoed elsewhere (an NCCL WARN repeated as "Last error:" inside a
+    # PyTorch exception in another file) is the same fact: the source's own event stays.
+    said = ev.filter(~cat).select("kind", pl.col("message").str.strip_chars().alias("_m")).unique()
+    return ev.with_columns(pl.col("message").str.strip_chars().alias("_m")).join(
+        said.with_columns(pl.lit(True).alias("_echo")), on=["kind", "_m"], how="left"
+    ).filter(~(cat & pl.col("_echo").fill_null(False))).drop("_m", "_echo")
 
 
 # Names every machine calls itself: they tell no node apart (torchrun's summary prints
@@ -500,20 +506,36 @@ def _same_line_times(ev: pl.DataFrame) -> pl.DataFrame:
     ).drop("_lt", "_lq")
 
 
+ONE_SIDED_LINES = 20  # an unstamped line this close to a stamp on one side only takes its time
+
+
 def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:
-    """Unstamped lines (NCCL INFO, tracebacks, srun) take their file neighbours' time."""
+    """Unstamped lines (NCCL INFO/WARN, tracebacks, srun) take the time of the nearest
+    stamped event of their file by line distance, the earlier one on a tie: an NCCL WARN a
+    few lines before the watchdog report is closer to it than to the banner at the top."""
     if ev["time"].null_count() == 0:
         return ev
     ev = ev.sort(["file", "line"])
-    filled = pl.col("time").forward_fill().backward_fill().over("file")
+    stamped_line = pl.when(pl.col("time").is_not_null()).then(pl.col("line"))
+    prev_t = pl.col("time").forward_fill().over("file")
+    next_t = pl.col("time").backward_fill().over("file")
+    prev_l = stamped_line.forward_fill().over("file")
+    next_l = stamped_line.backward_fill().over("file")
+    ev = ev.with_columns(prev_t.alias("_pt"), next_t.alias("_nt"), prev_l.alias("_pl"), next_l.alias("_nl"))
+    use_next = pl.col("_pt").is_null() | (pl.col("_nt").is_not_null() & ((pl.col("_nl") - pl.col("line")) < (pl.col("line") - pl.col("_pl"))))
+    # Bracketed by stamps, the time lies between them; with a stamp on one side only (the
+    # unstamped tail after a log's only banner line), just near that stamp.
+    bracketed = pl.col("_pt").is_not_null() & pl.col("_nt").is_not_null()
+    near = pl.when(use_next).then(pl.col("_nl") - pl.col("line")).otherwise(pl.col("line") - pl.col("_pl")) <= ONE_SIDED_LINES
+    filled = pl.when(bracketed | near).then(pl.when(use_next).then(pl.col("_nt")).otherwise(pl.col("_pt")))
     return ev.with_columns(
         pl.when(pl.col("time").is_null() & filled.is_not_null())
         .then(pl.lit(TimeQuality.ESTIMATED.value))
         .otherwise(pl.col("time_quality").cast(pl.String))
         .cast(EVENT_SCHEMA["time_quality"])
         .alias("time_quality"),
-        filled.alias("time"),
-    ).sort("_id")
+        pl.coalesce(pl.col("time"), filled).alias("time"),
+    ).drop("_pt", "_nt", "_pl", "_nl").sort("_id")
 
 
 def _borrow_times(ev: pl.DataFrame) -> pl.DataFrame:

@@ -212,7 +212,8 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     coverage_penalty = 0.9 ** min(len(v.missing), 3)
     # However the votes fall, a verdict is only as sure as its most decisive line: a 0.6
     # rule (a lone traceback) cannot reach the 0.8 that promises the cause is right.
-    strongest = best[top][0] if top in best else 0.0
+    # (the line's own weight: its timing already ranked the causes)
+    strongest = max((float(f.weight) for f in same), default=0.0)
     v.confidence = round(max(0.0, min(0.99, p_top, evidence_cap(strongest)) * coverage_penalty), 3)
     if primary is not None:
         v.implicated = _implicated(borrowed or primary, ev)
@@ -232,7 +233,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             if (e.time is None or _in_window(e.time, t_fail, before_s)) and (not hosts or e.host in hosts)
         ]
         # The culprit's own line, when the finding names ranks (the odd rank of a mismatch).
-        pool = [e for e in pool if e.rank in ranks] or pool if ranks else pool
+        pool = [e for e in pool if e.rank in ranks or e.rank is None] or pool if ranks else pool
         first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
         if first is not None:
             v.first_failure = _first_failure(first)
