@@ -165,7 +165,6 @@ def test_hostile_corpus_reaches_the_report_and_every_view_is_safe(hostile_job: P
     assert "\\x1b" in views["terminal-full"] + views["markdown"]
 
 
-@pytest.mark.xfail(reason="ingest: a file name that is not valid UTF-8 (surrogate-escaped) reaches polars, which cannot encode it (UnicodeEncodeError in sources/base.frame_from_rows); owned by the bundle/ingest hardening", strict=False)
 def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     job = _write_hostile_job(tmp_path)
     _add_undecodable_file_name(job)

@@ -336,6 +336,15 @@ def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """Event rows (as ``ParseContext.emit`` builds them) to one ``EVENT_SCHEMA`` frame."""
     if not rows:
         return pl.DataFrame(schema=EVENT_SCHEMA)
+    for r in rows:
+        # A file name that is not UTF-8 arrives surrogate-escaped, which polars cannot hold:
+        # the events show its bytes as \xNN (the file record keeps the name as it was).
+        f = r.get("file")
+        if f and not f.isascii():
+            try:
+                f.encode("utf-8")
+            except UnicodeEncodeError:
+                r["file"] = f.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     df = pl.DataFrame(rows, schema={**_ROW_SCHEMA}, strict=False)
     return df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC"))).select(
         [pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]
