@@ -175,7 +175,7 @@ def _minimal(keys: set[str]) -> list[str]:
 
 
 def parse_catalog(text: str, where: str) -> tuple[str, tuple[str, ...], list[Entry]]:
-    doc = yaml.safe_load(text)
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built with it
     if not isinstance(doc, dict):
         raise CatalogError(f"{where}: a catalog file is a mapping")
     unknown = set(doc) - _CATALOG_KEYS

@@ -230,6 +230,11 @@ def _to_py(node: yaml.Node, key: str, lines: dict[str, int]) -> Any:
     return yaml.SafeLoader("").construct_object(node, deep=True)  # scalar with its resolved type
 
 
+# libyaml's loader where PyYAML was built with it: the rules load on every analysis (and in
+# every ingest worker), and the pure-Python parser spent seconds there.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class _Builder:
     def __init__(self, path: str, lines: dict[str, int]):
         self.path = path
@@ -261,7 +266,7 @@ class _Builder:
 def load_file(path: Path, base: Path | None = None) -> tuple[Rule | None, list[Issue]]:
     shown = _display(path, base or path.parent)
     try:
-        node = yaml.compose(path.read_text(encoding="utf-8"))
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except (OSError, UnicodeDecodeError) as e:
         return None, [Issue(shown, 1, None, "load", "error", f"cannot read: {e}")]
     except yaml.YAMLError as e:
