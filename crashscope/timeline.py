@@ -223,7 +223,23 @@ def _hosts_from_paths(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.coalesce(pl.col("host"), fill).alias("host"))
 
 
+# Messages that say which rank they are about, when no prefix did: DDP's reducer
+# ("Parameters which did not receive grad for rank 3", torch/csrc/distributed/c10d/reducer.cpp),
+# DDP's parameter check ("DDP expects same model across all ranks, but Rank 3 has 2247
+# params", torch/distributed/utils.py), NCCL init ("Duplicate GPU detected : rank 6 and rank 0
+# both on CUDA device", src/init.cc: the rank that found the clash comes first).
+SUBJECT_RANK = (
+    r"(?:did not receive grad for rank|DDP expects same model across all ranks, but Rank|Duplicate GPU detected : rank) (\d{1,7})\b"
+)
+
+
+def _subject_ranks(ev: pl.DataFrame) -> pl.DataFrame:
+    named = pl.col("message").str.extract(SUBJECT_RANK, 1).cast(ev.schema["rank"], strict=False)
+    return ev.with_columns(pl.when(pl.col("rank").is_null()).then(named).otherwise(pl.col("rank")).alias("rank"))
+
+
 def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
+    ev = _subject_ranks(ev)
     # (host, pid) -> rank in the largest communicator that process joined (the world).
     init = ev.filter((pl.col("kind") == Kind.COMM_INIT.value) & pl.col("pid").is_not_null() & pl.col("host").is_not_null())
     if init.height:

@@ -124,3 +124,16 @@ def test_yearless_stamps_across_new_year_from_either_side() -> None:
     assert date(2026, 12, 1) == 2027 and date(2026, 12, 12) == 2026  # job started in December
     assert date(2027, 1, 12) == 2026 and date(2027, 1, 1) == 2027  # reference month is January
     assert date(2026, 6, 11) == 2026
+
+
+def test_a_message_that_names_its_rank_gives_the_event_that_rank():
+    from crashscope.timeline import _subject_ranks
+    from tests.factories import make_events
+
+    ev = make_events(
+        dict(source="pytorch", kind="exception", message="RuntimeError: DDP expects same model across all ranks, but Rank 3 has 2247 params, while rank 0 has inconsistent 0 params."),
+        dict(source="nccl", kind="nccl_error", message="init.cc:497 NCCL WARN Duplicate GPU detected : rank 6 and rank 0 both on CUDA device 17"),
+        dict(source="pytorch", kind="exception", rank=1, message="RuntimeError: Parameters which did not receive grad for rank 3: w"),
+        dict(source="pytorch", kind="exception", message="RuntimeError: rank 3 is fine"),
+    )
+    assert _subject_ranks(ev)["rank"].to_list() == [3, 6, 1, None]  # a prefix's rank is kept
