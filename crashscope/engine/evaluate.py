@@ -33,7 +33,6 @@ import polars as pl
 import regex
 
 from crashscope.engine import condition as cond
-from crashscope.engine.load import load_rules
 from crashscope.engine.model import AttrTest, Evidence, Finding, Rule, Selection, Window
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,9 @@ _VERSION_HEAD = regex.compile(r"\d+(?:\.\d+)*")
 
 @lru_cache(maxsize=1)
 def default_rules() -> tuple[Rule, ...]:
-    return tuple(load_rules().rules)
+    from crashscope.engine.load import default_rule_set
+
+    return tuple(default_rule_set().rules)
 
 
 def evaluate(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +108,22 @@ class RuleSet:
         return {r.id: r for r in self.rules}
 
 
+def default_rule_set() -> RuleSet:
+    """The rule set ``load_rules()`` reads now, loaded once per set of folders (the health
+    check and the evaluation share it)."""
+    return _rule_set_of(tuple(rule_dirs()))
+
+
+@lru_cache(maxsize=8)
+def _rule_set_of(dirs: tuple[Path, ...]) -> RuleSet:
+    return load_rules()
+
+
 def rule_set_warnings(rs: RuleSet | None = None) -> list[str]:
     """What is wrong with the rule set, as report warnings (empty when all is well): no
     rules at all (every verdict would be ``unknown``), a folder that is missing, files that
     failed to load. Default: the set ``load_rules()`` reads now."""
-    rs = rs if rs is not None else load_rules()
+    rs = rs if rs is not None else default_rule_set()
     out = []
     for i in rs.issues:
         if i.check == "load" and i.message == "rules folder not found":
