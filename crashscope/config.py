@@ -116,12 +116,12 @@ def parse_config(text: str, origin: Path | None = None) -> Config:
                 raise ConfigError(f"{where}: rules must be a list of folder paths")
             value = tuple(Path(p) for p in value)
         elif key == "ticket":
-            bad = sorted(set(value) - TICKET_KEYS)
-            if bad:
-                raise ConfigError(f"{where}: unknown [ticket] key(s) {', '.join(bad)}; known: {', '.join(sorted(TICKET_KEYS))}")
             for secret in ("token", "password", "api_token"):
                 if secret in value:
                     raise ConfigError(f"{where}: put credentials in the environment, not the config")
+            bad = sorted(set(value) - TICKET_KEYS)
+            if bad:
+                raise ConfigError(f"{where}: unknown [ticket] key(s) {', '.join(bad)}; known: {', '.join(sorted(TICKET_KEYS))}")
         values[key] = value
     return Config(source=origin, **values)
 
