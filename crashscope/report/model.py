@@ -48,11 +48,25 @@ class Report:
     clock: dict[str, Any] = field(default_factory=dict)
     timeline_excerpt: list[dict[str, Any]] = field(default_factory=list)
     analysis: dict[str, Any] = field(default_factory=dict)  # tool version, bytes, seconds, root
+    # The layer-by-layer check (GPU/driver parity, fabric, storage, scheduler, node-to-node,
+    # GPU health): one row per layer, see docs/layers.md.
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    # Added after the analysis by other commands: `crashscope repro` (the re-run of the suspect
+    # collective) and the fleet history (earlier jobs that implicated the same culprit).
+    repro: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def fingerprint(self) -> str:
+        """What makes two reports "the same incident" for tickets and the fleet history:
+        the cause and the culprit (nodes, else GPUs, else ranks), order-free."""
+        return fingerprint_of(self.cause, self.implicated)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         ordered = {"schema_version": SCHEMA_VERSION}
         ordered.update(d)
+        ordered["fingerprint"] = self.fingerprint
         return ordered
 
     @classmethod
@@ -81,3 +95,18 @@ class Report:
         from crashscope.report.safe import map_strings
 
         return map_strings(self, fn)  # type: ignore[no-any-return]
+
+
+def fingerprint_of(cause: str, implicated: dict[str, list[Any]] | None) -> str:
+    import hashlib
+
+    imp = implicated or {}
+    culprit: list[str] = sorted(str(n) for n in imp.get("nodes") or [])
+    if not culprit:
+        culprit = sorted(
+            str(g.get("serial") or g.get("pci_bus_id") or g) if isinstance(g, dict) else str(g) for g in imp.get("gpus") or []
+        )
+    if not culprit:
+        culprit = [f"rank{r}" for r in sorted(str(r) for r in imp.get("ranks") or [])]
+    text = cause + "|" + ",".join(culprit)
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
