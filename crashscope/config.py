@@ -71,7 +71,7 @@ class Config:
         return replace(self, **{k: v for k, v in values.items() if v is not None})
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {
+_TYPES: dict[str, Any] = {
     "reports_dir": str, "spool_dir": str, "budget_s": (int, float), "on_success": bool,
     "copy_to_workdir": bool, "redact": bool, "rules": list, "fleet_url": str, "tz": str,
     "ticket": dict,
@@ -100,6 +100,7 @@ def parse_config(text: str, origin: Path | None = None) -> Config:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     values: dict[str, Any] = {}
+    value: Any
     for key, value in data.items():
         want = _TYPES[key]
         # bool is an int in Python; a number is never a flag and a flag never a number

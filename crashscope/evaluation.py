@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from crashscope.verdict import CONFIDENT_LINE as CONFIDENT
@@ -137,7 +138,7 @@ def _parse(t: str) -> datetime:
 def summarize(scores: list[Score]) -> dict[str, Any]:
     """Totals of one corpus: cause, node, rank and first-failure accuracy where defined."""
 
-    def rate(vals: list[bool | None]) -> tuple[int, int]:
+    def rate(vals: Sequence[bool | None]) -> tuple[int, int]:
         got = [v for v in vals if v is not None]
         return sum(got), len(got)
 

@@ -30,7 +30,9 @@ _RANGE = regex.compile(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*")
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1

@@ -173,7 +173,7 @@ def _ns(v: Any) -> int | None:
     return int(v)
 
 
-def _attr(col: str, key: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+def _attr(col: str, key: str, dtype: pl.DataType | type[pl.DataType] = pl.String) -> pl.Expr:
     return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
 
 
@@ -443,7 +443,7 @@ def _kernel_clock(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     # is "now"'s boot), earlier boots stay unconverted.
     upd_ids: list[int] = []
     upd_times: list[int] = []
-    unresolved = Counter()
+    unresolved: Counter[str] = Counter()
     boots_per_file = need.group_by("file").agg(pl.col("_boot").n_unique().alias("n"), pl.col("_boot").max().alias("last"))
     last_boot = {f: b for f, _, b in boots_per_file.iter_rows()}
     for _id, host, m, boot, f in need.select("_id", "host", "_mono", "_boot", "file").iter_rows():
@@ -620,7 +620,7 @@ def _world_size(ev: pl.DataFrame) -> int | None:
         if n:
             return int(n)
     ranks = ev["rank"].drop_nulls()
-    return int(ranks.max()) + 1 if ranks.len() else None
+    return int(ranks.max()) + 1 if ranks.len() else None  # type: ignore[arg-type]  # an integer column
 
 
 def signature_expr() -> pl.Expr:

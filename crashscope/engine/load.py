@@ -360,7 +360,7 @@ def build_rule(doc: dict[str, Any], path: str, lines: dict[str, int]) -> tuple[R
             continue
         items = raw if isinstance(raw, list) else [raw]
         out = []
-        for i, w in enumerate(items):
+        for _i, w in enumerate(items):
             k = f"match.{wkey}"
             if not isinstance(w, dict) or "selection" not in w:
                 b.err(k, f"{wkey} needs a mapping with `selection`", f"`{wkey}: {{selection: other, seconds: 300, direction: after, same: host}}`")
@@ -477,7 +477,7 @@ def _example(b: _Builder, item: Any, key: str) -> Example | None:
         b.err(key, "`inputs` must be a non-empty list of {source, lines, host}")
         return None
     inputs = []
-    for i, inp in enumerate(raw_inputs):
+    for _i, inp in enumerate(raw_inputs):
         if not isinstance(inp, dict) or not isinstance(inp.get("source"), str) or not isinstance(inp.get("lines"), list):
             b.err(key, "each example input needs `source:` and a list of `lines:`")
             return None

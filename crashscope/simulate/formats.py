@@ -444,7 +444,7 @@ def smi_q(dt: datetime, driver: str, cuda: str, gpus: list[dict]) -> str:
            kv(0, "Timestamp", f"{dt.strftime('%a %b')} {dt.day:2d} {dt.strftime('%H:%M:%S %Y')}"),
            kv(0, "Driver Version", driver), kv(0, "CUDA Version", cuda), "", kv(0, "Attached GPUs", str(len(gpus)))]
     for g in gpus:
-        act = lambda bit: "Active" if g["mask"] & bit else "Not Active"  # noqa: E731
+        act = lambda bit: "Active" if g["mask"] & bit else "Not Active"  # noqa: E731, B023 - used inside this iteration
         out += [f"GPU {g['pci8']}", kv(4, "Product Name", "NVIDIA H100 80GB HBM3"), kv(4, "GPU UUID", g["uuid"]),
                 kv(4, "Minor Number", str(g["index"])), kv(4, "Performance State", "P0"),
                 "    Clocks Event Reasons",
