@@ -17,7 +17,7 @@ from crashscope.ingest import Budget, IngestResult, ingest
 from crashscope.report.model import Report
 from crashscope.schema import Kind, TimeQuality
 from crashscope.sources.base import ParseOptions
-from crashscope.timeline import Timeline, build_timeline, iso
+from crashscope.timeline import Timeline, attrs_of, build_timeline, iso
 
 EXCERPT_BEFORE = 8
 EXCERPT_AFTER = 12
@@ -108,6 +108,7 @@ def analyze(
         attribute = None  # type: ignore[assignment]
     if attribute is not None:
         attribute(report, timeline, include_experimental=include_experimental, use_classifier=use_classifier)
+    evidence_context(root, report)
     t_done = _time.perf_counter()
     report.analysis = {
         "crashscope": __version__,
@@ -177,6 +178,7 @@ def _base_report(result: IngestResult, tl: Timeline, warnings: list[str]) -> Rep
     report.anomalies = _anomalies(ev)
     report.clock = {"skew_s": tl.skew_s, "start": iso(tl.start), "end": iso(tl.end), "quality": _quality_counts(ev)}
     report.missing = _missing_data(result, tl, nodes)
+    report.activity = activity(ev)
     return report
 
 
@@ -299,3 +301,121 @@ def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCER
     before = ev.filter(pl.col("time") < t).tail(limit_before)
     after = ev.filter(pl.col("time") >= t).head(limit_after)
     return [event_json(r) for r in pl.concat([before, after]).iter_rows(named=True)]
+
+
+# --- per rank / per host facts and evidence context (the HTML view) --------------------------
+
+# What a rank's own process writes: its last such line is its last sign of life. Telemetry,
+# inventory and kernel lines carry a rank through its GPU but go on after the rank died.
+_RANK_SOURCES = ("nccl", "pytorch", "applog", "torchelastic", "catalog")
+_NOT_ACTIVITY = (Kind.VERSION.value, Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value, Kind.XID.value, Kind.SXID.value)
+MAX_COMPONENTS = 40
+
+
+def activity(ev: pl.DataFrame) -> dict[str, Any]:
+    """``Report.activity``: each rank's first and last line (time, kind, file:line) and each
+    host's versions, GPU count, serious clock-slowdown reasons, Xids and time span."""
+    if ev.height == 0:
+        return {"ranks": [], "hosts": {}}
+    from crashscope.sources.nvidia_smi import SERIOUS_REASONS
+
+    kind, src = pl.col("kind").cast(pl.String), pl.col("source").cast(pl.String)
+    own = ev.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null() & src.is_in(_RANK_SOURCES) & ~kind.is_in(_NOT_ACTIVITY))
+    ranks = []
+    if own.height:
+        last = own.sort(["time", "line"]).group_by("rank").agg(
+            pl.col("host").drop_nulls().last(), pl.col("time").first().alias("first"), pl.col("time").last().alias("last"),
+            kind.last().alias("kind"), pl.col("file").last(), pl.col("line").last()).sort("rank")
+        for r in last.iter_rows(named=True):
+            ranks.append({"rank": r["rank"], "node": r["host"], "first": iso_ns(r["first"]), "last": iso_ns(r["last"]),
+                          "kind": r["kind"], "file": r["file"], "line": r["line"]})
+    hosts: dict[str, dict[str, Any]] = {}
+    for (host,), g in ev.filter(pl.col("host").is_not_null()).group_by(["host"], maintain_order=True):
+        versions: dict[str, str] = {}
+        for a in g.filter(kind == Kind.VERSION.value).sort("time", nulls_last=True)["attrs"].drop_nulls().to_list():
+            d = attrs_of(a)
+            if isinstance(d.get("component"), str) and isinstance(d.get("version"), str) and (d["component"] in versions or len(versions) < MAX_COMPONENTS):
+                versions[d["component"]] = d["version"]
+        gpus = g.filter(kind.is_in([Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value]))
+        throttle: set[str] = set()
+        for a in g.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]))["attrs"].drop_nulls().to_list():
+            throttle.update(r for r in attrs_of(a).get("reasons") or [] if r in SERIOUS_REASONS)
+        xids = sorted({x for x in (attrs_of(a).get("xid") for a in g.filter(kind == Kind.XID.value)["attrs"].drop_nulls().to_list())
+                       if isinstance(x, int)})
+        rk = own.filter(pl.col("host") == host)
+        hosts[str(host)] = {
+            "versions": dict(sorted(versions.items())),
+            "gpus": int(gpus.select(pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).to_series().drop_nulls().n_unique()),
+            "throttle": sorted(throttle),
+            "xids": xids,
+            "ranks": sorted(int(r) for r in rk["rank"].unique().to_list()),
+            "first": iso_ns(rk["time"].min()) if rk.height else None,
+            "last": iso_ns(rk["time"].max()) if rk.height else None,
+        }
+    return {"ranks": ranks, "hosts": dict(sorted(hosts.items()))}
+
+
+def iso_ns(t: Any) -> str | None:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t is not None else None
+
+
+CONTEXT_LINES = 3  # each side of an evidence line
+CONTEXT_FILES = 16  # files read back per report
+CONTEXT_SCAN = 64 << 20  # bytes read per file before giving up on a deep line
+CONTEXT_LINE_CHARS = 400
+
+
+def evidence_context(root: Path, report: Report) -> None:
+    """Fill ``EvidenceItem.context`` with the lines around each evidence line, read back
+    through the bundle's safe open (no symlinks out, bounded, archives in place)."""
+    import os
+
+    from crashscope.bundle import Entry, FileRef, open_ref
+
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for e in report.evidence:
+        if e.file and isinstance(e.line, int) and e.line > 0 and (e.file in wanted or len(wanted) < CONTEXT_FILES):
+            wanted[e.file].add(e.line)
+    if not wanted:
+        return
+    root_real = os.path.realpath(root)
+    found: dict[tuple[str, int], str] = {}
+    for rel in {f.split("!", 1)[0] for f in wanted}:
+        path = root_real if os.path.isfile(root_real) else os.path.join(root_real, rel)
+        if os.path.isfile(root_real) and os.path.basename(root_real) != rel:
+            continue
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        parent = os.path.dirname(root_real) if os.path.isfile(root_real) else root_real
+        for entry in open_ref(FileRef(path, rel, size, parent)):
+            if not isinstance(entry, Entry) or entry.path not in wanted:
+                continue
+            keep = {n for ln in wanted[entry.path] for n in range(max(1, ln - CONTEXT_LINES), ln + CONTEXT_LINES + 1)}
+            top, n, read, tail = max(keep), 0, 0, b""
+            try:
+                while n < top and read < CONTEXT_SCAN:
+                    block = entry.stream.read(1 << 20)
+                    if not block:
+                        if tail:
+                            n += 1
+                            if n in keep:
+                                found[(entry.path, n)] = _context_text(tail)
+                        break
+                    read += len(block)
+                    *lines, tail = (tail[: CONTEXT_LINE_CHARS * 4] + block).split(b"\n")
+                    for raw in lines:
+                        n += 1
+                        if n in keep:
+                            found[(entry.path, n)] = _context_text(raw)
+            except (OSError, ValueError, EOFError):
+                continue
+    for e in report.evidence:
+        if isinstance(e.line, int) and (e.file, e.line) in found:
+            e.context = [{"line": n, "text": found[(e.file, n)]} for n in range(max(1, e.line - CONTEXT_LINES), e.line + CONTEXT_LINES + 1)
+                         if (e.file, n) in found]
+
+
+def _context_text(raw: bytes) -> str:
+    return raw[: CONTEXT_LINE_CHARS * 4].decode("utf-8", "surrogateescape").rstrip("\r")[:CONTEXT_LINE_CHARS]

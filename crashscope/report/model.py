@@ -23,6 +23,9 @@ class EvidenceItem:
     role: str = "cause"  # cause | symptom | context
     source: str | None = None
     kind: str | None = None
+    # The lines around ``line`` in ``file`` ([{"line": n, "text": ...}], the evidence line
+    # included), read back by the analysis for the HTML view; empty when not readable.
+    context: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -55,6 +58,10 @@ class Report:
     # collective) and the fleet history (earlier jobs that implicated the same culprit).
     repro: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Per rank and per host, from the timeline (the HTML view's picture and host table):
+    # {"ranks": [{rank, node, first, last, kind, file, line}], "hosts": {node: {versions,
+    # gpus, throttle, xids, first, last, ranks}}}.
+    activity: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
