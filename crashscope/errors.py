@@ -12,6 +12,9 @@ EXIT_CRASH_FOUND = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_READABLE = 3
 EXIT_INTERNAL = 4
+EXIT_TICKET_AUTH = 5
+EXIT_TICKET_NOT_FOUND = 6
+EXIT_TICKET_REJECTED = 7
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "analysis ran (whatever the verdict); for other commands, success",
@@ -19,6 +22,9 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "usage error: bad option or value, missing directory, output that cannot be written",
     EXIT_NOTHING_READABLE: "nothing readable in the directory",
     EXIT_INTERNAL: "internal error (a bug: please report it with the command line)",
+    EXIT_TICKET_AUTH: "ticket: the service refused the credentials (HTTP 401/403)",
+    EXIT_TICKET_NOT_FOUND: "ticket: no such repository, project or URL (HTTP 404)",
+    EXIT_TICKET_REJECTED: "ticket: the service rejected the request (another HTTP 4xx)",
 }
 
 
@@ -48,6 +54,18 @@ class InputError(CrashscopeError):
 
 class NothingReadable(CrashscopeError):
     exit_code = EXIT_NOTHING_READABLE
+
+
+class TicketAuthError(CrashscopeError):
+    exit_code = EXIT_TICKET_AUTH
+
+
+class TicketNotFound(CrashscopeError):
+    exit_code = EXIT_TICKET_NOT_FOUND
+
+
+class TicketRejected(CrashscopeError):
+    exit_code = EXIT_TICKET_REJECTED
 
 
 def exit_codes_help() -> str:
