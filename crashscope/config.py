@@ -13,6 +13,7 @@ no file means the defaults below. The file is TOML with these top-level keys and
     rules = ["/etc/crashscope/rules"]              # a site's own rules, on top of the shipped ones
     fleet_url = ""                                 # "" = SQLite in reports_dir; or postgresql://...
     tz = ""                                        # zone of the cluster's local-time stamps
+    log_dirs = []                                  # the epilog's job log folders: %j %u %x %w; with %n read per node
 
     [ticket]
     to = "github"          # github | gitlab | jira | webhook ("" = no tickets)
@@ -61,6 +62,7 @@ class Config:
     rules: tuple[Path, ...] = ()
     fleet_url: str = ""
     tz: str = ""
+    log_dirs: tuple[str, ...] = ()
     ticket: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the file these values came from (None: defaults)
 
@@ -74,6 +76,7 @@ class Config:
 _TYPES: dict[str, Any] = {
     "reports_dir": str, "spool_dir": str, "budget_s": (int, float), "on_success": bool,
     "copy_to_workdir": bool, "redact": bool, "rules": list, "fleet_url": str, "tz": str,
+    "log_dirs": list,
     "ticket": dict,
 }
 
@@ -112,6 +115,10 @@ def parse_config(text: str, origin: Path | None = None) -> Config:
             if not 0 < value <= 3600:
                 raise ConfigError(f"{where}: budget_s must be between 0 and 3600 seconds")
             value = float(value)
+        elif key == "log_dirs":
+            if not all(isinstance(p, str) for p in value):
+                raise ConfigError(f"{where}: log_dirs must be a list of folder patterns")
+            value = tuple(value)
         elif key == "rules":
             if not all(isinstance(p, str) for p in value):
                 raise ConfigError(f"{where}: rules must be a list of folder paths")
