@@ -270,3 +270,14 @@ def test_ingest_finds_catalog_texts_behind_envelopes(tmp_path: Path) -> None:
     assert cat.height == 1
     row = cat.row(0, named=True)
     assert row["line"] == 52 and row["rank"] == 2 and json.loads(row["attrs"])["name"] == "cudaErrorECCUncorrectable"
+
+
+def test_every_shipped_pattern_compiles():
+    """load() defers compiling (a cost per process); the same files, validated, must build."""
+    from importlib import resources
+
+    root = resources.files("crashscope.catalogs")
+    files = [(f"crashscope/catalogs/{p.name}", p.read_text(encoding="utf-8")) for p in sorted(root.iterdir(), key=lambda p: p.name) if p.name.endswith(".yaml")]
+    built = build(files, validate=True)
+    assert len(built.entries) == len(CATS.entries)
+    assert all(e.rx.pattern == e.pattern for e in CATS.entries)
