@@ -59,6 +59,8 @@ HISTORY_JOBS_SHOWN = 20
 BUSY_TIMEOUT_S = 30.0
 INFRA_CAUSES = frozenset({"gpu_hardware", "gpu_throttle", "fabric_timeout", "node_failure", "storage_stall", "driver_drift"})
 CULPRIT_KINDS = ("node", "gpu", "link")
+# What counts against each kind of culprit: a fabric failure seen by rank 4 is not its GPU's fault.
+KIND_CAUSES = {"node": INFRA_CAUSES, "gpu": frozenset({"gpu_hardware", "gpu_throttle"}), "link": frozenset({"fabric_timeout"})}
 CAUSE_WORDS = {
     "gpu_hardware": "GPU fault", "gpu_throttle": "GPU slowdown", "fabric_timeout": "fabric failure",
     "node_failure": "node failure", "storage_stall": "storage stall", "driver_drift": "driver drift",
@@ -330,19 +332,17 @@ class FleetDB:
     def _history(self, conn: Any, row: dict[str, Any], culprits: list[Culprit]) -> list[dict[str, Any]]:
         from sqlalchemy import select
 
-        if row["cause"] not in INFRA_CAUSES:
-            return []
         _, _, _, imp = schema()
         t = row["end_time"]
         out = []
         for c in culprits:
-            if c.kind not in CULPRIT_KINDS:
+            if c.kind not in CULPRIT_KINDS or row["cause"] not in KIND_CAUSES[c.kind]:
                 continue
             rows = conn.execute(
                 select(imp.c.job_id, imp.c.end_time, imp.c.cause, imp.c.xid)
                 .where(imp.c.kind == c.kind, imp.c.key == c.key, imp.c.cluster == row["cluster"],
                        imp.c.end_time >= t - timedelta(days=HISTORY_DAYS), imp.c.end_time <= t,
-                       imp.c.job_id != row["job_id"], imp.c.cause.in_(sorted(INFRA_CAUSES)))
+                       imp.c.job_id != row["job_id"], imp.c.cause.in_(sorted(KIND_CAUSES[c.kind])))
                 .order_by(imp.c.end_time.desc(), imp.c.job_id)
             ).all()
             if rows:
@@ -352,11 +352,13 @@ class FleetDB:
     # -- reading -----------------------------------------------------------------------------
 
     def offenders(self, *, min_jobs: int = DRAIN_JOBS, days: float = DRAIN_DAYS, kinds: Iterable[str] = CULPRIT_KINDS,
-                  causes: Iterable[str] | None = INFRA_CAUSES, cluster: str | None = None,
+                  causes: Iterable[str] | None = None, all_causes: bool = False, cluster: str | None = None,
                   until: datetime | None = None) -> list[dict[str, Any]]:
         """Nodes, GPUs and links implicated in at least ``min_jobs`` jobs that ended in the
-        ``days`` up to ``until`` (default now), most jobs first. ``causes=None``: every cause."""
-        from sqlalchemy import func, select, tuple_
+        ``days`` up to ``until`` (default now), most jobs first. Jobs count when their cause
+        is in ``causes``, by default in :data:`KIND_CAUSES` of the culprit's kind, with
+        ``all_causes`` whatever it is."""
+        from sqlalchemy import and_, func, or_, select, tuple_
 
         _, _, _, imp = schema()
         end = _naive_utc(until or datetime.now(timezone.utc))
@@ -364,6 +366,8 @@ class FleetDB:
         where = [imp.c.kind.in_(list(kinds)), imp.c.end_time > start, imp.c.end_time <= end]
         if causes is not None:
             where.append(imp.c.cause.in_(sorted(causes)))
+        elif not all_causes:
+            where.append(or_(*(and_(imp.c.kind == k, imp.c.cause.in_(sorted(KIND_CAUSES[k]))) for k in CULPRIT_KINDS)))
         if cluster is not None:
             where.append(imp.c.cluster == cluster)
         n = func.count(func.distinct(imp.c.job_id)).label("n")
@@ -410,7 +414,7 @@ class FleetDB:
                 "first": _iso(first), "last": _iso(last), "days": span,
                 "causes": dict(sorted(causes_n.items(), key=lambda kv: (-kv[1], kv[0]))), "xids": xids,
                 "job_ids": [r[3] for r in rows][:HISTORY_JOBS_SHOWN],
-                "advice": f"{count} jobs in {span} day{'s' if span != 1 else ''}: {ACTION.get(kind, 'look at it') if count >= DRAIN_JOBS else 'watch'}",
+                "advice": f"{count} job{'s' if count != 1 else ''} in {span} day{'s' if span != 1 else ''}: {ACTION.get(kind, 'look at it') if count >= DRAIN_JOBS else 'watch'}",
             })
         return out
 
