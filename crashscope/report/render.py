@@ -156,6 +156,15 @@ def _symptom_on(s: dict[str, Any]) -> str:
     return ""
 
 
+def _history_line(h: Any, esc: Callable[..., str]) -> str:
+    """A fleet history entry (crashscope.fleet): "node017 GPU 3: third Xid 79 in 5 days: drain (jobs ...)"."""
+    if not isinstance(h, dict):
+        return esc(h)
+    jobs = [esc(j.get("job"), 40) for j in h.get("jobs") or [] if isinstance(j, dict) and _known(j.get("job"))]
+    more = f" (+{len(jobs) - 5})" if len(jobs) > 5 else ""
+    return f"{esc(h.get('key'))}: {esc(h.get('advice'), 300)}" + (f" (earlier: jobs {', '.join(jobs[:5])}{more})" if jobs else "")
+
+
 # --- terminal ------------------------------------------------------------------------------
 
 
@@ -246,6 +255,12 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
             line(("at " + loc, "dim"), indent=2)
     if report.summary:
         con.print(Text(_t(report.summary, 2000)))
+    if report.history:
+        line(("Fleet history", "bold"), " (earlier jobs on the same culprit)")
+        for h in report.history[: None if full else 3]:
+            bullet(_history_line(h, _t))
+        if not full and len(report.history) > 3:
+            hidden.append(f"{len(report.history) - 3} fleet-history")
 
     line("")
     if report.evidence:
@@ -338,6 +353,8 @@ def render_markdown(report: Report, **_: Any) -> str:
         out += [f"| nodes | {nodes or '-'} |", f"| ranks | {_ranks(imp.get('ranks') or []) or '-'} |", f"| GPUs | {gpus or '-'} |"]
     if report.alternatives:
         out += ["", "Alternatives: " + ", ".join(f"{_mdc(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives if isinstance(a, dict))]
+    if report.history:
+        out += ["", "## Fleet history", ""] + [f"- {_history_line(h, _mdt)}" for h in report.history]
     ff = report.first_failure
     if isinstance(ff, dict) and ff:
         where = _where(ff.get("node"), ff.get("rank"))
