@@ -146,8 +146,6 @@ def _one_line_error(res, code: int = 2) -> str:  # type: ignore[no-untyped-def]
         (["--tz", "right/UTC"], "not usable"),
         (["--ranks", "-4"], "--ranks"),
         (["--width", "10"], "--width"),
-        (["-o", "report.html"], "html view is not available"),
-        (["--format", "html"], "html view is not available"),
         (["--rules", "/nonexistent-crashscope-rules"], "not a folder"),
     ],
 )

@@ -22,10 +22,10 @@ class Format(str, Enum):
     terminal = "terminal"
     json = "json"
     markdown = "markdown"
-    html = "html"  # reserved for the planned HTML view: refused with a clear error
+    html = "html"
 
 
-FORMAT_HELP = "Output view: terminal, json, markdown (default: from the -o suffix .json/.md/.txt, else terminal)."
+FORMAT_HELP = "Output view: terminal, json, markdown, html (default: from the -o suffix .json/.md/.txt/.html, else terminal)."
 TZ_HELP = "Time zone of local-time stamps (e.g. America/Chicago). Default: the job's, else UTC."
 RULES_HELP = "A site's own rules folder, loaded on top of the shipped rules (repeatable; also $CRASHSCOPE_RULES)."
 
@@ -355,6 +355,8 @@ def register(app: typer.Typer) -> None:
             view, _ = renderer_for(format.value if format else None, str(output) if output is not None and str(output) != "-" else None)
         except UnknownView as e:
             raise UsageError(str(e)) from None
+        if view == "html":
+            raise UsageError("sources has no html view; use terminal, json or markdown")
         if directory is not None:
             check_input(directory)
         out = open_output(output, [directory] if directory is not None else [])

@@ -401,14 +401,23 @@ def render_markdown(report: Report, **_: Any) -> str:
 
 Renderer = Callable[..., str]
 
+
+def render_html(report: Report, **kw: Any) -> str:
+    from crashscope.report.html import render_html as html  # jinja2 loads only for this view
+
+    return html(report, **kw)
+
+
 RENDERERS: dict[str, Renderer] = {
     "terminal": render_terminal,
     "json": render_json,
     "markdown": render_markdown,
+    "html": render_html,
 }
-# Output file suffix -> view; "html" is reserved for the planned HTML view.
-SUFFIXES: dict[str, str] = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".txt": "terminal", ".text": "terminal"}
-RESERVED: dict[str, str] = {".html": "html", ".htm": "html"}
+# Output file suffix -> view.
+SUFFIXES: dict[str, str] = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".txt": "terminal", ".text": "terminal",
+                            ".html": "html", ".htm": "html"}
+RESERVED: dict[str, str] = {}  # suffixes of planned views, refused with a clear error
 
 
 class UnknownView(ValueError):
@@ -418,13 +427,13 @@ class UnknownView(ValueError):
 def renderer_for(name: str | None = None, output: str | None = None) -> tuple[str, Renderer]:
     """The view named ``name`` (``--format``), else the one the output file's suffix names,
     else the terminal view. Raises :class:`UnknownView` for an unknown name or a suffix of a
-    view that does not exist yet (``.html``)."""
+    view that does not exist yet (:data:`RESERVED`)."""
     if name is None and output is not None:
         import os
 
         suffix = os.path.splitext(str(output))[1].lower()
         if suffix in RESERVED:
-            raise UnknownView(f"the {RESERVED[suffix]} view is not available yet; write .json, .md or .txt, or pass --format")
+            raise UnknownView(f"the {RESERVED[suffix]} view is not available yet; write .json, .md, .txt or .html, or pass --format")
         name = SUFFIXES.get(suffix, "terminal")
     name = name or "terminal"
     if name in RESERVED.values():
