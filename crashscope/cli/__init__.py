@@ -114,6 +114,7 @@ from crashscope.cli import analyze_cmd, rules_cmd, simulate_cmd, train_cmd  # no
 for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd):
     _module.register(app)
 __import__("crashscope.cli.fleet_cmd", fromlist=["register"]).register(app)  # crashscope fleet
+__import__("crashscope.cli.ticket_cmd", fromlist=["register"]).register(app)  # crashscope ticket
 
 
 def main() -> None:
