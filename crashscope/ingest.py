@@ -142,6 +142,7 @@ def ingest(
     overrides: dict[str, str] | None = None,
     workers: int | None = None,
     budget: Budget | None = None,
+    skip: Callable[[FileRef], str | None] | None = None,
 ) -> IngestResult:
     """Read every file under ``root`` into one events frame (times not yet aligned).
 
@@ -152,13 +153,23 @@ def ingest(
         overrides: {fnmatch glob: source name} forcing a source for matching files.
         workers: processes to parse with; default: all cores for large jobs, else 1.
         budget: time/memory budget; once spent, the rest is skipped (see ``Budget``).
+        skip: a file that ``skip(ref)`` gives a reason for is not read (the reason is a warning).
     """
     root = Path(root)
     options = options or ParseOptions()
     refs: list[FileRef] = []
     files: list[FileRecord] = []
     warnings: list[str] = []
+    from crashscope.shards import read_spool
+
+    spool = read_spool(root)  # a spool of per-node shards: their events join the frame
     for item in scan(root):
+        if spool is not None and spool.owns(item.path if isinstance(item, Skipped) else item.rel):
+            continue
+        if not isinstance(item, Skipped) and skip is not None and (why := skip(item)):
+            warnings.append(f"{item.rel}: {why}")
+            files.append(FileRecord(item.rel, "unreadable", note=why))
+            continue
         if isinstance(item, Skipped):
             warnings.append(f"{item.path}: {item.reason}")
             if item.unreadable:
@@ -176,7 +187,10 @@ def ingest(
         worker_budget = Budget(budget.seconds, max(1, budget.max_memory // (workers + 1)), budget.started)
     else:
         worker_budget = budget
-    frames: list[pl.DataFrame] = []
+    frames: list[pl.DataFrame] = [spool.events] if spool is not None and spool.events.height else []
+    if spool is not None:
+        files.extend(spool.files)
+        warnings.extend(spool.warnings)
     total = 0
     for recs, frame, batch_warnings in _run_batches(batches, options, overrides, workers, worker_budget):
         files.extend(recs)
@@ -339,7 +353,7 @@ def _ingest_entry(
         # Text nobody recognises from its head (a user's train.log, a file opening with a
         # huge line) is still scanned: a traceback on line 90,000 is what matters.
         winner = None
-    if binary and winner is not None:
+    if binary and winner is not None and not getattr(winner, "reads_binary", False):
         warnings.append(f"{entry.path}: contains binary data; text parts were read")
     if winner is not None:
         rec.kind, rec.confidence = winner.name, round(score, 3)

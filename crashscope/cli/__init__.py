@@ -115,6 +115,7 @@ for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd):
     _module.register(app)
 __import__("crashscope.cli.fleet_cmd", fromlist=["register"]).register(app)  # crashscope fleet
 __import__("crashscope.cli.ticket_cmd", fromlist=["register"]).register(app)  # crashscope ticket
+__import__("crashscope.cli.epilog_cmd", fromlist=["register"]).register(app)  # crashscope epilog / shard / collect
 
 
 def main() -> None:

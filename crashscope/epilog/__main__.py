@@ -1,0 +1,3 @@
+from crashscope.epilog import main
+
+main()
