@@ -192,6 +192,7 @@ def register(app: typer.Typer) -> None:
         full: bool = typer.Option(False, "--full", help="Terminal view: every section in full (default: the verdict plus capped sections)."),
         budget_s: Optional[float] = typer.Option(None, "--budget-s", min=0.0, metavar="SECONDS", help="Stop reading logs after this long; the report is partial and says what was skipped."),
         max_memory: Optional[str] = typer.Option(None, "--max-memory", metavar="SIZE", help="Stop reading logs once the process uses this much memory (RSS; e.g. 2G, 512M)."),
+        fleet: bool = typer.Option(False, "--fleet", help="Record the report in the fleet history and show earlier jobs on its culprit (also when the config sets fleet_url; docs/fleet.md)."),
     ) -> None:
         """Attribute a failed job's crash to a cause, with evidence at file:line.
 
@@ -217,6 +218,9 @@ def register(app: typer.Typer) -> None:
             view, render = renderer_for(format.value if format else None, str(output) if output is not None and str(output) != "-" else None)
         except UnknownView as e:
             raise UsageError(str(e)) from None
+        from crashscope.cli.fleet_cmd import fleet_config, record_in_fleet
+
+        fleet_cfg = fleet_config(fleet)
         out = open_output(output, [directory])
         try:
             with _Progress(view == "terminal" and out is None) as progress:
@@ -225,6 +229,8 @@ def register(app: typer.Typer) -> None:
             if extra:
                 _warn(extra)
                 report.warnings.extend(w for w in extra if w not in report.warnings)
+            if fleet_cfg is not None:
+                record_in_fleet(report, fleet_cfg, output)
             if view == "terminal":
                 color = out is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
                 text = render(report, width=clamp_width(width), color=color, full=full)

@@ -95,6 +95,32 @@ def _parse_until(until: str | None) -> Any:
     return t
 
 
+def fleet_config(asked: bool) -> Any:
+    """For ``analyze --fleet``: the config to record with, or None when not asked (neither
+    ``--fleet`` nor a ``fleet_url`` in the config). A bad config fails only when asked."""
+    from crashscope.config import load_config, load_config_or_defaults
+
+    if asked:
+        return load_config()
+    cfg, _ = load_config_or_defaults()
+    return cfg if cfg.fleet_url else None
+
+
+def record_in_fleet(report: Any, config: Any, output: Path | None) -> None:
+    """Record ``report`` (filling its history); a database that cannot be written is a
+    warning in the report and on stderr, never a lost analysis."""
+    from crashscope.fleet import FleetError, record
+    from crashscope.report.safe import escape_controls
+
+    path = str(output.resolve()) if output is not None and str(output) != "-" else ""
+    try:
+        record(report, config, report_path=path)
+    except FleetError as e:
+        msg = f"not recorded in the fleet history: {e}"
+        print(f"crashscope: warning: {escape_controls(msg, 500)}", file=sys.stderr)
+        report.warnings.append(msg)
+
+
 def register(app: typer.Typer) -> None:
     from crashscope.cli.analyze_cmd import open_output
     from crashscope.fleet import CULPRIT_KINDS, DRAIN_DAYS, DRAIN_JOBS
