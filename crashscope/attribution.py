@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from crashscope.analyses import run_analyses
+from crashscope.layers import apply_layers
 from crashscope.report.model import Report
 from crashscope.timeline import Timeline
 from crashscope.verdict import CAUSE_TITLES, Verdict, _classifier, _this_job, decide, job_outcome, score_finding
@@ -34,4 +35,9 @@ def attribute(report: Report, tl: Timeline, *, include_experimental: bool = Fals
     for name in ("cause", "confidence", "alternatives", "implicated", "first_failure", "evidence", "actions",
                  "co_occurring", "summary", "timeline_excerpt", "classifier", "missing"):
         setattr(report, name, getattr(v, name))
+    try:
+        apply_layers(report, ev, findings, tl.hosts)
+    except Exception as exc:  # noqa: BLE001 - the layer check must not cost the verdict
+        log.exception("layer check failed")
+        report.warnings.append(f"layer check failed ({type(exc).__name__}: {exc})")
     return v

@@ -36,6 +36,12 @@ present, ``srun_task``, ``trace_ms``; WARN-derived events have ``file``, ``line_
   ``devices`` (``mlx5_0:1/IB``...), ``hcas``, ``ifaces`` ([{name, ip, port}]),
   ``oob_iface``, ``oob_ip``, ``relaxed_ordering``, ``network``, ``plugin``,
   ``plugin_type``, ``plugin_api``.
+  Settings in force: ``transport`` "env" with ``setting`` (``NCCL_IB_TIMEOUT``), ``value``
+  (as printed, ``22``), ``origin`` (nccl_env: ``... set by environment to 22.``; nccl_net:
+  socket.cc's ``NCCL_SOCKET_IFNAME set to eth0``); "gdr" with ``network``, ``gdr`` (bool),
+  ``hca_index``, ``hcas`` (``NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'``);
+  "channels" with ``coll_channels``, ``collnet_channels``, ``nvls_channels``,
+  ``p2p_channels``, ``p2p_channels_per_peer``.
 * network_error: ``transport`` (ib | socket | proxy | <NET/x name>), ``error_type``
   (completion | async_event | verbs_call | connection_closed | io | connect | accept |
   no_interface | truncated | proxy | other); IB completions: ``status``,
@@ -79,6 +85,9 @@ PREFILTER = (
     r"|NCCL INFO Bootstrap ?: Using"
     r"|NCCL INFO Using network "
     r"|NCCL INFO NET/Plugin ?: Loaded "
+    r"|NCCL INFO NCCL_\w+ set (?:by environment )?to "
+    r"|NCCL INFO NET/\w+ : GPU Direct RDMA (?:Enabled|Disabled) for HCA"
+    r"|NCCL INFO \d+ coll channels, "
     r"|NCCL INFO [\w./+-]+\.(?:cc|cu|cpp|c|h):\d+ (?:\([^)]*\) )?-> \d"
 )
 
@@ -147,6 +156,13 @@ _BOOTSTRAP = regex.compile(r"Bootstrap ?: Using(?P<ifs>.*)")
 _IFACE = regex.compile(r"(?:\[\d+\])?(?P<name>[^\s:\[\]]+):(?P<ip>[^\s<]+)<(?P<port>\d+)>")
 _USING_NET = regex.compile(r"Using network (?P<net>.+?)\s*$")
 _PLUGIN = regex.compile(r"NET/Plugin ?: Loaded (?P<type>net|coll|collnet) plugin (?P<name>.+?) \(v(?P<api>\d+)\)")
+# The settings in force (src/misc/param.cc ncclLoadParam "%s set by environment to %lld.",
+# socket.cc "NCCL_SOCKET_IFNAME set by environment to %s" / "NCCL_SOCKET_IFNAME set to %s",
+# graph/paths.cc "%s set by environment to %s" for GDR levels, tuning.cc NCCL_ALGO/NCCL_PROTO;
+# graph/topo.cc "NET/%s : GPU Direct RDMA %s for HCA %d '%s'"; init.cc "%d coll channels, ...").
+_ENV_SET = regex.compile(r"(?P<key>NCCL_\w+) set (?P<by>by environment )?to (?P<val>.*?)\.?\s*$")
+_GDR_HCA = regex.compile(r"NET/(?P<net>\w+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) '(?P<hca>[^']*)'")
+_CHANNELS = regex.compile(r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, (?P<pp>\d+) p2p channels per peer")
 _PROPAGATE = regex.compile(
     r"""(?P<file>[\w./+-]+):(?P<line>\d+)\ (?:\((?P<func>[^)]*)\)\ )?->\ (?P<code>\d+)
         (?:\ \((?P<err>[^)]*)\))?(?P<async>\ \[Async\ thread\])?""",
@@ -497,6 +513,16 @@ class NcclSource(LineSource):
                 return False
             net = m.group("net")
             attrs = {"transport": {"IB": "ib", "Socket": "socket"}.get(net, net), "network": net}
+        elif (m := _ENV_SET.match(msg)) is not None:
+            attrs = {"transport": "env", "setting": m.group("key"), "value": m.group("val"),
+                     "origin": "nccl_env" if m.group("by") else "nccl_net"}
+        elif (m := _GDR_HCA.match(msg)) is not None:
+            attrs = {"transport": "gdr", "network": m.group("net"), "gdr": m.group("state") == "Enabled",
+                     "hca_index": int(m.group("n")), "hcas": [m.group("hca")]}
+        elif (m := _CHANNELS.match(msg)) is not None:
+            attrs = {"transport": "channels", "coll_channels": int(m.group("coll")), "collnet_channels": _int(m.group("collnet")),
+                     "nvls_channels": _int(m.group("nvls")), "p2p_channels": int(m.group("p2p")),
+                     "p2p_channels_per_peer": int(m.group("pp"))}
         elif msg.startswith("NET/Plugin"):
             m = _PLUGIN.match(msg)
             if m is None:
