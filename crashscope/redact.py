@@ -118,7 +118,7 @@ _COMMON_USERS = frozenset({
     "test", "guest", "shared", "public", "home", "local", "data", "scratch", "work", "bin", "lib", "opt", "tmp",
 })
 _HOSTLIST = regex.compile(r"(?<![A-Za-z0-9.-])([A-Za-z][A-Za-z0-9-]*)\[([0-9,\-\s]+)\]([A-Za-z0-9-]*)")
-_IPV4 = regex.compile(r"(?<![0-9.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![0-9]|\.\d)")
+_IPV4 = regex.compile(r"(?<![0-9.=v-])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![0-9]|\.\d)")
 _IPV6_CANDIDATE = regex.compile(r"(?<![A-Za-z0-9:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|(?:\d{1,3}\.){3}\d{1,3})(?:%[A-Za-z0-9_.]+)?(?![A-Za-z0-9:])")
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::", "255.255.255.255"})
 _HOST_FIELDS = frozenset({"node", "nodes", "host", "hosts", "hostname", "hostnames", "culprit_node", "batch_host", "nodelist"})
@@ -508,3 +508,27 @@ def _kept_values(report: Any) -> set[str]:
     # the field names of the report itself (map_strings also sees dict keys)
     keep.update(report.to_dict().keys())
     return keep
+
+
+def redaction_wanted(flag: bool | None, map_path: Path | None, never_inside: Iterable[Path]) -> bool:
+    """Whether ``analyze`` redacts: ``--redact``/``--no-redact``, else the config's ``redact``;
+    ``--redact-map`` implies it and may not point into an analysed directory. Checked
+    before the analysis."""
+    from crashscope.errors import UsageError
+
+    if map_path is not None:
+        if flag is False:
+            raise UsageError("--redact-map needs redaction; drop --no-redact")
+        parent = os.path.realpath(os.path.dirname(os.path.abspath(map_path)) or ".")
+        if not os.path.isdir(parent):
+            raise UsageError(f"--redact-map: no such directory {os.path.dirname(os.fspath(map_path)) or '.'}")
+        for d in never_inside:
+            root = os.path.realpath(d)
+            if os.path.isdir(root) and os.path.commonpath([root, parent]) == root:
+                raise UsageError("--redact-map: the mapping may not be written inside the analysed directory")
+        return True
+    if flag is not None:
+        return flag
+    from crashscope.config import load_config_or_defaults
+
+    return bool(load_config_or_defaults()[0].redact)

@@ -193,6 +193,8 @@ def register(app: typer.Typer) -> None:
         budget_s: Optional[float] = typer.Option(None, "--budget-s", min=0.0, metavar="SECONDS", help="Stop reading logs after this long; the report is partial and says what was skipped."),
         max_memory: Optional[str] = typer.Option(None, "--max-memory", metavar="SIZE", help="Stop reading logs once the process uses this much memory (RSS; e.g. 2G, 512M)."),
         fleet: bool = typer.Option(False, "--fleet", help="Record the report in the fleet history and show earlier jobs on its culprit (also when the config sets fleet_url; docs/fleet.md)."),
+        redact: Optional[bool] = typer.Option(None, "--redact/--no-redact", help="Replace host names, IPs, users, e-mails, home paths and secrets by stable placeholders (host-3, ip-2, user-1, secret-4) in every view (default: the config's redact; docs/redaction.md)."),
+        redact_map: Optional[Path] = typer.Option(None, "--redact-map", metavar="FILE", help="Write the placeholder -> original mapping to FILE (mode 0600, never inside DIRECTORY); implies --redact."),
     ) -> None:
         """Attribute a failed job's crash to a cause, with evidence at file:line.
 
@@ -221,6 +223,9 @@ def register(app: typer.Typer) -> None:
         from crashscope.cli.fleet_cmd import fleet_config, record_in_fleet
 
         fleet_cfg = fleet_config(fleet)
+        from crashscope.redact import redaction_wanted
+
+        redacting = redaction_wanted(redact, redact_map, [directory])
         out = open_output(output, [directory])
         try:
             with _Progress(view == "terminal" and out is None) as progress:
@@ -231,6 +236,12 @@ def register(app: typer.Typer) -> None:
                 report.warnings.extend(w for w in extra if w not in report.warnings)
             if fleet_cfg is not None:
                 record_in_fleet(report, fleet_cfg, output)
+            if redacting:
+                from crashscope.redact import redact_report
+
+                report, redactor = redact_report(report)
+                if redact_map is not None:
+                    redactor.write_map(redact_map)
             if view == "terminal":
                 color = out is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
                 text = render(report, width=clamp_width(width), color=color, full=full)
