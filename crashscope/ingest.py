@@ -446,7 +446,7 @@ def _partial_utf8_tail(b: bytes) -> int:
 
 
 def _parse_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
-    data = stream.read(src.max_bytes + 1) or b""
+    data, _ = read_head(stream, src.max_bytes + 1)  # short reads joined: one read() returns one piece
     ctx = ParseContext(info, src.name, options)
     if len(data) > src.max_bytes:
         data = data[: src.max_bytes]

@@ -47,7 +47,7 @@ NOT_OWN_KINDS = (
     Kind.JOB_STEP.value,
     Kind.NODE_STATE.value,
 )
-NOT_OWN_SOURCES = ("slurm", "sacct", "kernel", "versions", "nvidia_smi", "gpu_csv")
+NOT_OWN_SOURCES = ("slurm", "sacct", "kernel", "versions", "nvidia_smi", "gpu_csv", "nsys", "dcgm")
 BAD = ("error", "critical")
 
 

@@ -164,6 +164,7 @@ class NsysSource(FileSource):
     # Exports of long multi-GPU captures reach gigabytes; the whole file is deserialized in
     # memory (twice briefly: the bytes and SQLite's copy), so larger files are skipped.
     max_bytes = 1024 * 1024 * 1024
+    reads_binary = True  # SQLite files: the ingest must not call them text with binary parts
 
     def sniff(self, head: str, name: str) -> float:
         if head.startswith(SQLITE_MAGIC):

@@ -1,0 +1,259 @@
+"""Stragglers: the rank the others wait for, and the throttled GPU behind it.
+
+In a synchronous job every collective ends when the slowest rank arrives. So in a trace the
+straggler is the rank whose compute is slowest while its NCCL kernels are shortest: it
+arrives last and finds its peers already inside the collective, whose kernels spin until it
+comes (nsys ``trace_summary`` events: per-step compute and NCCL time from NVTX step ranges,
+else per collective). Its GPU (the trace names it by PCI bus id) is where to look: a GPU in
+HW slowdown or thermal slowdown (``gpu_throttle`` events from nvidia-smi, DCGM), or one
+whose SM clock under load is far below its peers', ties the slowness to the hardware and so
+to a node. Application logs that print per-rank step times (``train_step`` with ``step_ms``)
+show the same rank as a step-time outlier.
+
+Findings (cause ``gpu_throttle``, the taxonomy's "one GPU ran slow"):
+
+* ``straggler-trace``: the trace straggler; 0.55 alone, 0.75 when its own GPU shows
+  throttling (then the finding names the throttle line too).
+* ``straggler-step-times``: one rank's own step times are an outlier (0.45).
+* ``gpu-clock-outlier``: a GPU whose SM clock under load is far below its peers', with no
+  clock-event reason recorded (0.5; with a reason the per-event rule ``gpu-hw-slowdown`` fires).
+
+The straggler is named first in ``ranks``; its node and GPU follow from the trace.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import polars as pl
+
+from crashscope.engine.model import Evidence, Finding
+from crashscope.schema import Kind
+
+TRACE_WEIGHT = 0.55
+TRACE_THROTTLED_WEIGHT = 0.75  # the straggler's own GPU reports a slowdown: where and why
+STEPS_WEIGHT = 0.45
+CLOCK_WEIGHT = 0.5
+COMPUTE_FACTOR = 1.15  # straggler's compute per step over the median of the others
+NCCL_FACTOR = 0.8  # ... while its NCCL time per step is at most this share of theirs
+STEP_FACTOR = 1.4  # a rank's median step time over the median of the others' medians
+CLOCK_FACTOR = 0.75  # a GPU's median SM clock under load below this share of the peers' median
+BUSY_UTIL = 50  # samples at or above this utilisation are "under load"
+MIN_STEPS = 3
+SLOW_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+
+
+def stragglers(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    out: list[Finding] = []
+    ident = _identity(events)
+    throttled = _throttle_events(events)
+    f = _trace_straggler(events, ident, throttled)
+    if f is not None:
+        out.append(f)
+    f = _step_time_outlier(events)
+    if f is not None:
+        out.append(f)
+    out.extend(_clock_outliers(events, ident, throttled))
+    return out
+
+
+# -- identity ------------------------------------------------------------------------------------------
+
+def _identity(ev: pl.DataFrame) -> dict[str, Any]:
+    """(host, gpu pci) <-> rank, from every event that names all three (traces, NCCL init)."""
+    d = ev.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("rank").is_not_null())
+    gpu_rank: dict[tuple[str, str], int] = {}
+    rank_gpu: dict[int, tuple[str, str]] = {}
+    if d.height:
+        for h, g, r in d.group_by(["host", "gpu"]).agg(pl.col("rank").mode().first()).iter_rows():
+            gpu_rank[(h, g)] = int(r)
+        for r, h, g in d.group_by("rank").agg(pl.col("host").mode().first(), pl.col("gpu").mode().first()).iter_rows():
+            rank_gpu[int(r)] = (h, g)
+    return {"gpu_rank": gpu_rank, "rank_gpu": rank_gpu}
+
+
+def _attrs(a: str | None) -> dict[str, Any]:
+    try:
+        d = json.loads(a or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _ns(t: Any) -> int | None:
+    return None if t is None else int(t.timestamp() * 1_000_000_000)
+
+
+def _evidence(r: dict[str, Any], rank: int | None = None) -> Evidence:
+    return Evidence(
+        time=_ns(r["time"]), host=r["host"], rank=r["rank"] if r["rank"] is not None else rank, gpu=r["gpu"],
+        gpu_index=r["gpu_index"], file=r["file"] or "", line=r["line"], source=str(r["source"]), kind=str(r["kind"]),
+        message=r["message"] or "",
+    )
+
+
+def _throttle_events(ev: pl.DataFrame) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """gpu_throttle events with a slowing reason, by (host, gpu pci)."""
+    d = ev.filter((pl.col("kind") == Kind.GPU_THROTTLE.value) & pl.col("host").is_not_null() & pl.col("gpu").is_not_null())
+    out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in d.sort("time", nulls_last=True).iter_rows(named=True):
+        reasons = _attrs(r["attrs"]).get("reasons") or []
+        if any(x in SLOW_REASONS for x in reasons if isinstance(x, str)):
+            out[(r["host"], r["gpu"])].append(r)
+    return out
+
+
+# -- traces ---------------------------------------------------------------------------------------------
+
+def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tuple[str, str], list[dict[str, Any]]]) -> Finding | None:
+    d = ev.filter(pl.col("kind") == Kind.TRACE_SUMMARY.value)
+    if d.height < 2:
+        return None
+    per: dict[Any, dict[str, Any]] = {}
+    for r in d.iter_rows(named=True):
+        a = _attrs(r["attrs"])
+        if a.get("report") == "nvtx_sum":
+            continue
+        key = r["rank"] if r["rank"] is not None else (r["host"], r["gpu"] or r["gpu_index"], r["pid"])
+        steps = a.get("steps") or 0
+        if steps >= MIN_STEPS and a.get("step_compute_ms_median") is not None and a.get("step_nccl_ms_median") is not None:
+            m = {"compute": float(a["step_compute_ms_median"]), "nccl": float(a["step_nccl_ms_median"]), "per": "step"}
+        elif a.get("nccl_kernels") and a.get("compute_ms") is not None and a.get("nccl_ms") is not None:
+            n = float(a["nccl_kernels"])
+            m = {"compute": float(a["compute_ms"]) / n, "nccl": float(a["nccl_ms"]) / n, "per": "collective"}
+        else:
+            continue
+        if key in per:
+            continue  # one trace per rank (a stats CSV beside its export says the same)
+        per[key] = {**m, "row": r}
+    # compare like with like: per-step figures when most traces have them
+    basis = "step" if sum(p["per"] == "step" for p in per.values()) * 2 >= len(per) else "collective"
+    per = {k: p for k, p in per.items() if p["per"] == basis}
+    if len(per) < 2:
+        return None
+    keys = list(per)
+
+    def ratio(k: Any, what: str) -> float:
+        others = [per[o][what] for o in keys if o != k]
+        med = statistics.median(others)
+        return per[k][what] / med if med > 0 else float("inf") if per[k][what] > 0 else 1.0
+
+    ranked = sorted(keys, key=lambda k: (-ratio(k, "compute"), ratio(k, "nccl")))
+    top = ranked[0]
+    c, n = ratio(top, "compute"), ratio(top, "nccl")
+    if c < COMPUTE_FACTOR or n > NCCL_FACTOR:
+        return None
+    row = per[top]["row"]
+    rank = row["rank"]
+    host, gpu = row["host"], row["gpu"]
+    if (host is None or gpu is None) and rank is not None and rank in ident["rank_gpu"]:
+        host, gpu = host or ident["rank_gpu"][rank][0], gpu or ident["rank_gpu"][rank][1]
+    peers_c = statistics.median(per[o]["compute"] for o in keys if o != top)
+    peers_n = statistics.median(per[o]["nccl"] for o in keys if o != top)
+    who = f"Rank {rank}" if rank is not None else f"The process on {host or '?'} GPU {gpu or row['gpu_index']}"
+    title = (f"{who} is the straggler: its compute took {per[top]['compute']:.0f} ms per {basis} against its peers' "
+             f"{peers_c:.0f} ms ({c:.2f}x) while its NCCL kernels took {per[top]['nccl']:.0f} ms against their "
+             f"{peers_n:.0f} ms: the others waited for it in every collective")
+    evidence = [_evidence(row)]
+    last = ev.filter((pl.col("kind") == Kind.COLLECTIVE_TRACE.value) & (pl.col("file") == row["file"]))
+    if last.height:
+        evidence.append(_evidence(last.row(0, named=True), rank))
+    thr = throttled.get((host, gpu), []) if host and gpu else []
+    weight = TRACE_WEIGHT
+    if thr:
+        weight = TRACE_THROTTLED_WEIGHT
+        reasons = _attrs(thr[0]["attrs"]).get("reasons") or []
+        title += f"; its GPU {gpu} on {host} reports {', '.join(r for r in reasons if isinstance(r, str))}"
+        evidence = [_evidence(thr[0], rank)] + evidence
+    times = [e.time for e in evidence if e.time is not None]
+    return Finding(
+        rule_id="straggler-trace", title=title, cause="gpu_throttle", role="cause", status="stable", weight=weight,
+        first_time=min(times) if times else None, count=len(per), hosts=(host,) if host else (),
+        ranks=(int(rank),) if rank is not None else (), gpus=((host, gpu, row["gpu_index"]),) if host else (),
+        evidence=tuple(evidence),
+        explanation=(
+            "Collectives end when the last rank arrives, so the rank that computes slowest spends the least time "
+            "in NCCL kernels and every other rank the most: that rank sets the job's pace. A GPU that throttles "
+            "(HW or thermal slowdown, power brake) or runs at low clocks is the usual reason; a CPU-starved host "
+            "or a slow data loader on that rank are the others."
+        ),
+        actions=(
+            "Check that GPU's clocks and clock-event reasons (nvidia-smi -q -d PERFORMANCE,TEMPERATURE on its node, or DCGM field 112) and the node's cooling and power; drain the node if it throttles when idle.",
+            "If the GPU is not throttled, check the rank's host: CPU load, data-loader workers, NUMA binding.",
+        ),
+    )
+
+
+# -- application step times --------------------------------------------------------------------------------
+
+def _step_time_outlier(ev: pl.DataFrame) -> Finding | None:
+    d = ev.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("rank").is_not_null())
+    if d.height < 2 * MIN_STEPS:
+        return None
+    d = d.with_columns(pl.col("attrs").str.json_path_match("$.step_ms").cast(pl.Float64, strict=False).alias("_ms")).filter(
+        pl.col("_ms").is_not_null() & (pl.col("_ms") > 0))
+    per = d.group_by("rank").agg(pl.col("_ms").median().alias("med"), pl.len().alias("n")).filter(pl.col("n") >= MIN_STEPS)
+    if per.height < 2:
+        return None
+    meds = {int(r): float(m) for r, m in per.select("rank", "med").iter_rows()}
+    top = max(meds, key=lambda r: meds[r])
+    others = statistics.median(m for r, m in meds.items() if r != top)
+    if others <= 0 or meds[top] / others < STEP_FACTOR:
+        return None
+    rows = d.filter(pl.col("rank") == top).sort("time", nulls_last=True)
+    first = rows.row(0, named=True)
+    return Finding(
+        rule_id="straggler-step-times",
+        title=f"Rank {top}'s own step times ({meds[top]:.0f} ms median) are {meds[top] / others:.1f}x its peers' ({others:.0f} ms)",
+        cause="gpu_throttle", role="cause", status="stable", weight=STEPS_WEIGHT, first_time=_ns(first["time"]),
+        count=rows.height, hosts=(first["host"],) if first["host"] else (), ranks=(top,), gpus=(),
+        evidence=tuple(_evidence(r) for r in rows.head(3).iter_rows(named=True)),
+        explanation=("A rank whose own step times stand out computes slower than its peers: a throttled or failing "
+                     "GPU, or a starved host. (Most trainers print the job's step time, which is the same on every rank; "
+                     "only per-rank timers show this.)"),
+        actions=("Check that rank's GPU clocks and temperature and its host's load.",),
+    )
+
+
+# -- telemetry: clocks far below the peers' ----------------------------------------------------------------
+
+def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Finding]:
+    d = ev.filter((pl.col("kind") == Kind.GPU_TELEMETRY.value) & pl.col("host").is_not_null() & pl.col("gpu").is_not_null())
+    if d.height == 0:
+        return []
+    d = d.with_columns(
+        pl.col("attrs").str.json_path_match("$.sm_clock_mhz").cast(pl.Float64, strict=False).alias("_clk"),
+        pl.col("attrs").str.json_path_match("$.util").cast(pl.Float64, strict=False).alias("_util"),
+    ).filter(pl.col("_clk").is_not_null() & (pl.col("_util") >= BUSY_UTIL))
+    per = d.group_by(["host", "gpu"]).agg(pl.col("_clk").median().alias("med"), pl.len().alias("n")).filter(pl.col("n") >= 2)
+    if per.height < 3:
+        return []
+    peers = float(per["med"].median())  # type: ignore[arg-type]
+    slow = [(h, g, float(m)) for h, g, m, _ in per.iter_rows() if m < CLOCK_FACTOR * peers]
+    if not slow or len(slow) > per.height // 2:
+        return []
+    out = []
+    for host, gpu, med in slow:
+        if (host, gpu) in throttled:
+            continue  # the reason is on record: gpu-hw-slowdown (a per-event rule) names it
+        rows = d.filter((pl.col("host") == host) & (pl.col("gpu") == gpu) & (pl.col("_clk") < CLOCK_FACTOR * peers)).sort("time", nulls_last=True)
+        if rows.height == 0:
+            continue
+        rank = ident["gpu_rank"].get((host, gpu))
+        first = rows.row(0, named=True)
+        who = f" (rank {rank})" if rank is not None else ""
+        out.append(Finding(
+            rule_id="gpu-clock-outlier",
+            title=f"GPU {gpu} on {host}{who} ran at {med:.0f} MHz under load while its peers ran at {peers:.0f} MHz",
+            cause="gpu_throttle", role="cause", status="stable", weight=CLOCK_WEIGHT, first_time=_ns(first["time"]),
+            count=rows.height, hosts=(host,), ranks=(rank,) if rank is not None else (), gpus=((host, gpu, first["gpu_index"]),),
+            evidence=tuple(_evidence(r, rank) for r in rows.drop("_clk", "_util").head(3).iter_rows(named=True)),
+            explanation=("A GPU whose SM clock stays far below its peers' while it is busy is being held back (thermal or "
+                         "power limits, a firmware clock cap) even when no clock-event reason was recorded; its rank "
+                         "paces every collective."),
+            actions=("Read that GPU's clock-event reasons and temperature (nvidia-smi -q -d PERFORMANCE,TEMPERATURE) and compare its application clocks with its peers'.",),
+        ))
+    return out
