@@ -1,0 +1,390 @@
+"""Hang localization and collective mismatches from Flight Recorder dumps and watchdog lines.
+
+Every process group (the default group, and each data / tensor / pipeline / expert group) numbers
+its collectives on its own (``collective_seq_id``, the watchdog's ``SeqNum``); the number is the same
+on every member for the same collective. So the dumps (``flight_recorder`` source, ``collective``
+events) are matched by PG name (``process_group[0]``, the same on every member; ``pg_id`` is local)
+and sequence number:
+
+* **hang**: in a PG whose members' last sequence numbers differ, the first divergent collective is
+  the lowest last number + 1; the members without it never entered it. A rank that is missing
+  from one divergent collective but sits in another that its peers are missing from is waiting
+  downstream, not the cause; the rest are named. Cause ``node_failure`` (a rank that stopped:
+  the taxonomy's unresponsive rank, as ``silent-ranks`` says it), below the 0.8 line: the dump
+  says where, not why.
+* **mismatch**: the same (PG, sequence number) with a different op, input sizes or dtypes on some
+  ranks (all_to_all and gather/scatter sizes may differ by design: only op and dtypes compared);
+  the ranks outside the majority are named. Cause ``software_error``.
+* **missing dumps**: ranks of the job (``pg_config`` ranks, the world size) with no dump. A hang
+  found with dumps missing gets a lower weight and says which; with no divergence among the
+  dumps present, the ranks without a dump are the only ones that can be missing from the
+  collective the others wait in (weaker still). :func:`missing_dumps` gives the report's line.
+* **watchdog** (no dumps needed): ``last enqueued work: X, last completed work: Y`` per rank and PG
+  (ProcessGroupNCCL's ``failure detected by watchdog at work sequence id: ... PG status: ...``):
+  X == Y + 1: the rank entered collective X and waits; X == Y: it never entered the next one and
+  is stuck outside. Ranks stuck outside while peers of the same PG wait are named. The
+  collective's start is the timeout line's time minus ``ran for`` (else ``Timeout(ms)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from crashscope.engine.model import Evidence, Finding
+from crashscope.schema import Kind
+
+HANG_ID = "fr-hang"
+MISMATCH_ID = "fr-mismatch"
+WATCHDOG_ID = "watchdog-stuck-outside"
+HANG_WEIGHT = 0.6  # every member's dump present: the rank that never entered is named
+HANG_PARTIAL_WEIGHT = 0.45  # some members' dumps missing: they might be missing too
+NO_DUMP_WEIGHT = 0.35  # nothing diverges among the dumps present: only the undumped can be missing
+MISMATCH_WEIGHT = 0.75
+WATCHDOG_WEIGHT = 0.45
+MAX_EVIDENCE = 10
+DEFAULT_PG_DESC = "default_pg"
+# ops whose per-rank sizes may differ by design (all_to_all splits, root-only gather/scatter buffers)
+_UNEVEN_OPS = ("all_to_all", "alltoall", "gather", "scatter", "send", "recv")
+
+
+@dataclass
+class _Dumps:
+    ranks: set[int] = field(default_factory=set)  # ranks with a dump
+    expected: set[int] = field(default_factory=set)
+    pg_ranks: dict[str, set[int]] = field(default_factory=dict)  # PG name -> members (pg_config)
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its dump's event row
+
+
+def _attrs(a: str | None) -> dict[str, Any]:
+    try:
+        d = json.loads(a or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _dumps(events: pl.DataFrame, world: int | None) -> _Dumps:
+    out = _Dumps()
+    d = events.filter((pl.col("kind") == Kind.TRACE_DUMP.value) & pl.col("rank").is_not_null())
+    for row in d.iter_rows(named=True):
+        r = int(row["rank"])
+        out.ranks.add(r)
+        out.rows.setdefault(r, row)
+        for pg, info in (_attrs(row["attrs"]).get("pg_config") or {}).items():
+            ranks = {x for x in (info or {}).get("ranks") or [] if isinstance(x, int) and 0 <= x < 10_000_000}
+            if ranks:
+                out.pg_ranks.setdefault(str(pg), set()).update(ranks)
+                out.expected |= ranks
+    if out.ranks:
+        out.expected |= out.ranks
+        if world and world <= 100_000:
+            out.expected |= set(range(world))
+    return out
+
+
+def missing_dumps(events: pl.DataFrame, world: int | None) -> list[int]:
+    """Ranks of the job with no Flight Recorder dump, when any rank has one."""
+    d = _dumps(events, world)
+    return sorted(d.expected - d.ranks) if d.ranks else []
+
+
+def missing_line(events: pl.DataFrame, world: int | None) -> str | None:
+    """The report's ``missing`` line for absent dumps, or None."""
+    m = missing_dumps(events, world)
+    if not m:
+        return None
+    shown = ", ".join(map(str, m[:16])) + (" ..." if len(m) > 16 else "")
+    return f"Flight Recorder dumps of {len(m)} rank(s): {shown} (whether they entered the collective cannot be seen)"
+
+
+def _entries(events: pl.DataFrame) -> list[dict[str, Any]]:
+    c = events.filter((pl.col("kind") == Kind.COLLECTIVE.value) & pl.col("rank").is_not_null())
+    out, seen = [], set()
+    for row in c.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
+        a = _attrs(row["attrs"])
+        if a.get("is_p2p") or not isinstance(a.get("seq"), int) or a.get("pg") is None:
+            continue
+        key = (int(row["rank"]), str(a["pg"]), a["seq"], a.get("record_id"))
+        if key in seen:  # the pickle and the JSON dump of one rank
+            continue
+        seen.add(key)
+        out.append({"rank": int(row["rank"]), "pg": str(a["pg"]), "desc": a.get("pg_desc") or "", "seq": a["seq"],
+                    "op": a.get("op") or "", "sizes": a.get("input_sizes") or [], "dtypes": a.get("input_dtypes") or [],
+                    "state": a.get("state"), "_t": row["_t"], "row": row})
+    return out
+
+
+def _evidence(row: dict[str, Any], message: str | None = None) -> Evidence:
+    t = row.get("_t")
+    if t is None and row.get("time") is not None:
+        t = int(row["time"].timestamp() * 1_000_000_000)
+    return Evidence(time=t, host=row.get("host"), rank=row.get("rank"), gpu=row.get("gpu"), gpu_index=row.get("gpu_index"),
+                    file=row.get("file") or "", line=row.get("line"), source=str(row.get("source")), kind=str(row.get("kind")),
+                    message=message or row.get("message") or "")
+
+
+def _hosts(rows: list[dict[str, Any]], ranks: set[int]) -> tuple[str, ...]:
+    return tuple(sorted({r["host"] for r in rows if r.get("host") and r.get("rank") in ranks}))
+
+
+def flight_recorder(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """Hang and mismatch findings from the Flight Recorder dumps (see the module docstring)."""
+    if events.height == 0:
+        return []
+    dumps = _dumps(events, world)
+    if not dumps.ranks:
+        return []
+    entries = _entries(events)
+    findings = _mismatch(entries)
+    hang = _hang(entries, dumps, events)
+    if hang is not None:
+        findings.append(hang)
+    return findings
+
+
+def _members(pg: str, desc: str, by_rank: dict[int, Any], dumps: _Dumps) -> set[int]:
+    if dumps.pg_ranks.get(pg):
+        return dumps.pg_ranks[pg]
+    if desc == DEFAULT_PG_DESC or pg == "0":
+        return set(dumps.expected)
+    return set(by_rank)  # a subgroup the header does not describe (gloo): its ranks seen in entries
+
+
+def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) -> Finding | None:
+    by_pg: dict[str, dict[int, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    desc_of: dict[str, str] = {}
+    for e in entries:
+        by_pg[e["pg"]][e["rank"]][e["seq"]] = e
+        desc_of.setdefault(e["pg"], e["desc"])
+    divergent = []  # (time, pg, seq, missing ranks, present entries)
+    undumped_members: set[int] = set()
+    members_of: dict[str, set[int]] = {}
+    for pg, by_rank in by_pg.items():
+        members = _members(pg, desc_of.get(pg, ""), by_rank, dumps)
+        if not dumps.pg_ranks.get(pg) and pg not in ("0",) and desc_of.get(pg) != DEFAULT_PG_DESC:
+            members = members | (dumps.expected - dumps.ranks)  # an undumped rank may belong to it
+        members_of[pg] = members
+        dumped = members & dumps.ranks
+        undumped_members |= members - dumps.ranks
+        last = {r: max(by_rank[r]) if by_rank.get(r) else -1 for r in dumped}
+        if not last:
+            continue
+        top, low = max(last.values()), min(last.values())
+        if top == low:
+            continue
+        seq = low + 1
+        missing = {r for r, s in last.items() if s < seq}
+        present = [by_rank[r][seq] for r in sorted(by_rank) if seq in by_rank[r]]
+        if not present:
+            continue
+        t0 = min((p["_t"] for p in present if p["_t"] is not None), default=None)
+        divergent.append((t0, pg, seq, missing, present, top))
+    missing_dump = sorted(dumps.expected - dumps.ranks)
+    if not divergent:
+        return _undumped(entries, dumps, missing_dump, undumped_members, events)
+    divergent.sort(key=lambda d: (d[0] is None, d[0] or 0, d[1]))
+    waiting = _waiting(entries, by_pg, members_of)
+    suspects = set().union(*(d[3] for d in divergent)) - waiting
+    if not suspects and missing_dump:  # every missing rank waits on someone: on the undumped ones
+        return _undumped(entries, dumps, missing_dump, undumped_members, events, force=True)
+    if not suspects:  # every missing rank waits elsewhere (a cycle): the earliest collective decides
+        suspects = set(divergent[0][3])
+    first = next(d for d in divergent if d[3] & suspects)
+    t0, pg, seq, missing, present, top = first
+    culprits = sorted(missing & suspects)
+    weight = HANG_WEIGHT if not missing_dump else HANG_PARTIAL_WEIGHT
+    desc = desc_of.get(pg) or ""
+    op = Counter(p["op"] for p in present).most_common(1)[0][0]
+    name = f"PG {pg}" + (f" ({desc})" if desc else "")
+    states = Counter(p["state"] or "?" for p in present)
+    title = (
+        f"Rank {', '.join(map(str, culprits))} never entered collective #{seq} ({op}) of {name}: "
+        f"{len(present)} peer rank(s) entered it ({', '.join(f'{n} {s}' for s, n in states.items())}) and waited"
+    )
+    if missing_dump:
+        title += f"; no Flight Recorder dump from rank(s) {', '.join(map(str, missing_dump[:16]))}, which may be missing too"
+    rows_by_rank = defaultdict(list)
+    for e in entries:
+        rows_by_rank[e["rank"]].append(e)
+    ev = []
+    for r in culprits:
+        own = [e for e in rows_by_rank[r] if e["pg"] == pg] or rows_by_rank[r]
+        if own:
+            last = max(own, key=lambda e: (e["seq"] if e["pg"] == pg else -1, e["_t"] or 0))
+            ev.append(_evidence(last["row"] | {"_t": last["_t"]},
+                                f"rank {r}'s last collective in {name}: #{last['seq']} {last['op']} ({last['state']}); nothing after it"))
+        elif r in dumps.rows:
+            ev.append(_evidence(dumps.rows[r], f"rank {r}'s dump holds no collective of {name}"))
+    for p in present[: MAX_EVIDENCE - len(ev)]:
+        ev.append(_evidence(p["row"] | {"_t": p["_t"]}, f"rank {p['rank']} entered #{seq} {p['op']} of {name}: {p['state']}"))
+    rows = [e["row"] for e in entries]
+    return Finding(
+        rule_id=HANG_ID, title=title, cause="node_failure", role="cause", status="stable", weight=weight,
+        first_time=min((x.time for x in ev[: len(culprits)] if x.time is not None), default=t0), count=len(present),
+        hosts=_hosts(rows, set(culprits)), ranks=tuple(culprits), gpus=(), evidence=tuple(ev[:MAX_EVIDENCE]),
+        explanation=(
+            "Flight Recorder dumps matched by process group and sequence number: the named ranks' last collective in "
+            "this group is the one before, so they stopped outside the collective their peers sat in until the timeout "
+            "(hung, stopped, stuck in data loading, I/O or a host problem). The dump says where, not why: read those "
+            "ranks' node (kernel log, GPU, storage) around the time of their last entry."
+        ),
+        actions=(
+            f"Look at what rank(s) {', '.join(map(str, culprits))} did after their last collective (py-spy dump / the stack in "
+            "their log, their node's kernel log for Xid, hung tasks, NFS, OOM killer).",
+            "Run `python -m torch.distributed.flight_recorder.fr_trace <dump dir>` for torch's own reading of the dumps.",
+        ),
+    )
+
+
+def _waiting(entries: list[dict[str, Any]], by_pg: dict, members_of: dict[str, set[int]]) -> set[int]:
+    """Ranks whose latest entry is a collective some member of its group lacks (or may lack:
+    a member without a dump): they entered it and wait, so they are not where the hang began."""
+    latest: dict[int, dict[str, Any]] = {}
+    for e in entries:
+        cur = latest.get(e["rank"])
+        if cur is None or ((e["_t"] or 0), e["row"].get("line") or 0) > ((cur["_t"] or 0), cur["row"].get("line") or 0):
+            latest[e["rank"]] = e
+    out = set()
+    for r, e in latest.items():
+        others = members_of.get(e["pg"], set()) - {r}
+        if any(e["seq"] not in by_pg[e["pg"]].get(o, {}) for o in others):
+            out.add(r)
+    return out
+
+
+def _undumped(entries, dumps: _Dumps, missing_dump: list[int], members: set[int], events: pl.DataFrame, force: bool = False) -> Finding | None:  # type: ignore[no-untyped-def]
+    """All dumps present agree (or every rank they show missing waits itself), some members
+    have no dump, and the dumped ranks failed waiting."""
+    cands = sorted(set(missing_dump) & (members | dumps.expected))
+    if not cands or len(cands) > max(1, len(dumps.expected) // 2):
+        return None
+    loss = events.filter(
+        pl.col("rank").is_in(sorted(dumps.ranks))
+        & pl.col("kind").is_in([Kind.COLLECTIVE_TIMEOUT.value, Kind.NETWORK_ERROR.value, Kind.WATCHDOG_ERROR.value])
+        & pl.col("severity").cast(pl.String).is_in(["error", "critical"])
+    )
+    if loss.height == 0:
+        return None
+    last_by_rank: dict[int, dict[str, Any]] = {}
+    for e in entries:
+        if e["rank"] not in last_by_rank or (e["_t"] or 0) > (last_by_rank[e["rank"]]["_t"] or 0):
+            last_by_rank[e["rank"]] = e
+    ev = [_evidence(e["row"] | {"_t": e["_t"]}, f"rank {r} dumped while in #{e['seq']} {e['op']} of PG {e['pg']} ({e['state']})")
+          for r, e in sorted(last_by_rank.items())][:MAX_EVIDENCE]
+    return Finding(
+        rule_id=HANG_ID,
+        title=(f"No Flight Recorder dump from rank(s) {', '.join(map(str, cands))}, while the {len(dumps.ranks)} dumped rank(s) "
+               "agree and failed waiting: the undumped ranks are the only ones that can be missing from the collective"),
+        cause="node_failure", role="cause", status="stable", weight=NO_DUMP_WEIGHT,
+        first_time=min((x.time for x in ev if x.time is not None), default=None), count=len(cands), hosts=(),
+        ranks=tuple(cands), gpus=(), evidence=tuple(ev),
+        explanation=("A rank that stopped (killed, frozen, its node gone) writes no dump; the others' dumps all end in the "
+                     "same collective. Collect the missing dumps (node-local /tmp by default) to confirm."),
+        actions=(f"Collect the Flight Recorder dumps of rank(s) {', '.join(map(str, cands))} (TORCH_FR_DUMP_TEMP_FILE, default /tmp/nccl_trace_rank_N on their node).",),
+    )
+
+
+def _signature(e: dict[str, Any]) -> tuple:
+    op = e["op"].split(":", 1)[-1]
+    uneven = any(u in op for u in _UNEVEN_OPS)
+    return (e["op"], () if uneven else json.dumps(e["sizes"]), json.dumps(e["dtypes"]))
+
+
+def _mismatch(entries: list[dict[str, Any]]) -> list[Finding]:
+    by_key: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        by_key[(e["pg"], e["seq"])].append(e)
+    found = []
+    for (pg, seq), es in by_key.items():
+        if len({e["rank"] for e in es}) < 2:
+            continue
+        sigs = Counter(_signature(e) for e in es)
+        if len(sigs) < 2:
+            continue
+        (major, n_major), = sigs.most_common(1)
+        odd = [e for e in es if _signature(e) != major] if n_major * 2 > len(es) else list(es)
+        t = min((e["_t"] for e in es if e["_t"] is not None), default=None)
+        found.append((t, seq, pg, odd, es, major))
+    if not found:
+        return []
+    found.sort(key=lambda f: (f[0] is None, f[0] or 0, f[1]))
+    t, seq, pg, odd, es, major = found[0]
+    ranks = sorted({e["rank"] for e in odd})
+    what = []
+    ref = next(e for e in es if _signature(e) == major)
+    for e in odd[:4]:
+        diffs = [k for k, a, b in (("op", e["op"], ref["op"]), ("sizes", e["sizes"], ref["sizes"]), ("dtypes", e["dtypes"], ref["dtypes"])) if a != b]
+        what.append(f"rank {e['rank']} {e['op']} {e['sizes']} {','.join(e['dtypes'])} ({'/'.join(diffs)} differ)")
+    desc = ref["desc"]
+    name = f"PG {pg}" + (f" ({desc})" if desc else "")
+    title = (f"Collective #{seq} of {name} differs across ranks: {'; '.join(what)}, where the others run "
+             f"{ref['op']} {ref['sizes']} {','.join(ref['dtypes'])}")
+    ev = [_evidence(e["row"] | {"_t": e["_t"]}) for e in odd] + [_evidence(e["row"] | {"_t": e["_t"]}) for e in es if e not in odd]
+    return [Finding(
+        rule_id=MISMATCH_ID, title=title, cause="software_error", role="cause", status="stable", weight=MISMATCH_WEIGHT,
+        first_time=min((x.time for x in ev[: len(odd)] if x.time is not None), default=t), count=len(es),
+        hosts=_hosts([e["row"] for e in odd], set(ranks)), ranks=tuple(ranks), gpus=(), evidence=tuple(ev[:MAX_EVIDENCE]),
+        explanation=("The same process group and sequence number must be the same collective with the same shapes on "
+                     "every member; the ranks named call something else (a rank-dependent branch, a data-dependent shape)."),
+        actions=("Read the named ranks' code path at the frame in their dump entry; TORCH_DISTRIBUTED_DEBUG=DETAIL checks "
+                 "every collective's fingerprint across ranks.",),
+    )]
+
+
+def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """From ``last enqueued work: X, last completed work: Y`` per rank and PG (see the module docstring)."""
+    w = events.filter((pl.col("kind") == Kind.WATCHDOG_ERROR.value) & pl.col("rank").is_not_null()
+                      & pl.col("attrs").str.contains('"last_enqueued"', literal=True).fill_null(False))
+    if w.height == 0:
+        return []
+    per_pg: dict[str, dict[int, tuple[int, int, dict]]] = defaultdict(dict)
+    for row in w.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
+        a = _attrs(row["attrs"])
+        enq, comp = a.get("last_enqueued"), a.get("last_completed")
+        if isinstance(enq, int) and isinstance(comp, int):
+            per_pg[str(a.get("pg_guid", a.get("pg_id", "0")))][int(row["rank"])] = (enq, comp, row)
+    out = []
+    for pg, ranks in per_pg.items():
+        waits = {r for r, (x, y, _) in ranks.items() if x == y + 1}
+        outside = {r for r, (x, y, _) in ranks.items() if x == y}
+        if not waits or not outside:
+            continue
+        seq = max(ranks[r][0] for r in waits)
+        stuck = sorted(r for r in outside if ranks[r][0] < seq)
+        if not stuck:
+            continue
+        start = _collective_start(events, seq, sorted(waits))
+        ev = [_evidence(ranks[r][2], None) for r in stuck] + [_evidence(ranks[r][2], None) for r in sorted(waits)]
+        title = (f"Rank {', '.join(map(str, stuck))} never entered collective #{seq} of PG {pg} (last enqueued = last completed), "
+                 f"while rank(s) {', '.join(map(str, sorted(waits)[:16]))} entered it and waited (last enqueued = completed + 1)")
+        if start:
+            title += f"; the collective started at {start}"
+        out.append(Finding(
+            rule_id=WATCHDOG_ID, title=title, cause="node_failure", role="cause", status="stable", weight=WATCHDOG_WEIGHT,
+            first_time=min((x.time for x in ev[: len(stuck)] if x.time is not None), default=None), count=len(ranks),
+            hosts=_hosts([ranks[r][2] for r in stuck], set(stuck)), ranks=tuple(stuck), gpus=(), evidence=tuple(ev[:MAX_EVIDENCE]),
+            explanation=("The watchdog's PG status: a rank whose last enqueued work equals its last completed one had nothing "
+                         "in flight, so it never reached the collective its peers were waiting in."),
+            actions=("Look at what the named ranks were doing at the collective's start (their stack, data loading, I/O).",),
+        ))
+    return out
+
+
+def _collective_start(events: pl.DataFrame, seq: int, ranks: list[int]) -> str | None:
+    """Timeout line time minus ``ran for`` (else ``Timeout(ms)``): when the collective began."""
+    t = events.filter((pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value) & pl.col("rank").is_in(ranks) & pl.col("time").is_not_null())
+    for row in t.sort("time").iter_rows(named=True):
+        a = _attrs(row["attrs"])
+        if a.get("seq") not in (None, seq):
+            continue
+        ms = a.get("ran_ms") or a.get("timeout_ms")
+        if isinstance(ms, int):
+            from datetime import timedelta
+
+            return (row["time"] - timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None
