@@ -79,6 +79,8 @@ class Kind(str, Enum):
     LOG_ERROR = "log_error"  # any other error/warning line worth showing
     ACTIVITY = "activity"  # applog: a rank's last time-stamped line in a file; attrs: first_time, last_time, lines, last_message, last_step
     RUN_END = "run_end"  # a trainer/benchmark said it finished; attrs: outcome (success), framework
+    COLLECTIVE = "collective"  # one Flight Recorder entry; attrs: pg, pg_desc, seq, op, state, input_sizes, input_dtypes, ...
+    TRACE_DUMP = "trace_dump"  # one Flight Recorder dump file; attrs: format, version, entries, pg_config, pg_status
     TRACE_SUMMARY = "trace_summary"  # nsys: one process+GPU of a trace, aggregated; attrs: kernels, compute_ms, nccl_ms, ops, steps, step_compute_ms_median
     COLLECTIVE_TRACE = "collective_trace"  # nsys: the last NCCL collective of a process+GPU; attrs: op, algo, proto, dtype, seq, start, end, ended, state
 

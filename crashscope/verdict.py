@@ -95,6 +95,10 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     ``missing`` the data whose absence lowers confidence (the report's ``missing``)."""
     v = Verdict(missing=list(missing or []))
     ev = _this_job(tl.events, tl.job_id)
+    from crashscope.analyses.collectives import missing_line  # absent Flight Recorder dumps lower confidence
+
+    if (dumps_missing := missing_line(ev, tl.world_size)) and dumps_missing not in v.missing:
+        v.missing.append(dumps_missing)
     deciding = [f for f in findings if f.status == "stable"]
     outcome = job_outcome(ev)
     symptoms = [f for f in deciding if f.role == "symptom"]

@@ -15,6 +15,7 @@ from typing import Callable
 import polars as pl
 
 from crashscope.analyses import progress, silence
+from crashscope.analyses import collectives
 from crashscope.analyses import stragglers
 from crashscope.analyses import checkpoint_io, nccl_env
 from crashscope.engine.model import Finding
@@ -27,6 +28,8 @@ ANALYSES: dict[str, Analysis] = {
     "silent-ranks": silence.silent_ranks,
     "first-killed": silence.first_killed,
     "throughput-collapse": progress.throughput_collapse,
+    "fr-collectives": collectives.flight_recorder,
+    "watchdog-stuck-outside": collectives.watchdog_stuck_outside,
     "stragglers": stragglers.stragglers,
     "nccl-env": nccl_env.nccl_env,
     "checkpoint-io": checkpoint_io.checkpoint_io,

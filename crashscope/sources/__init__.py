@@ -7,6 +7,7 @@ import fnmatch
 from crashscope.sources import gpu_csv, kernel, nccl, nvidia_smi, pytorch, sacct, slurm, torchelastic, versions
 from crashscope.sources import catalog
 from crashscope.sources import applog
+from crashscope.sources import flight_recorder
 from crashscope.sources import envdump
 from crashscope.sources import nsys
 from crashscope.sources.base import FileSource, LineSource, Source
@@ -23,6 +24,7 @@ SOURCES: tuple[Source, ...] = (
     versions.SOURCE,
     catalog.SOURCE,
     applog.SOURCE,
+    flight_recorder.SOURCE,
     envdump.SOURCE,
     nsys.SOURCE,
 )
