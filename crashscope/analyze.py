@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time as _time
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -74,21 +73,8 @@ def analyze(
     if tz and zone is None:
         warnings.append(f"unknown time zone {tz!r}; local stamps read as UTC")
     options = ParseOptions(tz=zone or ZoneInfo("UTC"), tz_known=zone is not None)
+    # One reading: year-less stamps are dated in the job's year by the timeline.
     result = ingest(root, options, progress=progress, overrides=overrides, budget=budget)
-    year, month = _job_year_month(result.events)
-    if year and year != datetime.now(timezone.utc).year and budget is not None and budget.check():
-        warnings.append(f"year-less stamps dated {datetime.now(timezone.utc).year}, not the job's {year}: no budget left to read them again")
-    elif year and year != datetime.now(timezone.utc).year:
-        # Year-less stamps (syslog, c10, torchrun) were dated with this year; redo with the job's.
-        options.year, options.month = year, month
-        first_read = result
-        result = ingest(root, options, overrides=overrides, budget=budget)
-        if budget is not None and budget.exceeded is not None:
-            # the second reading ran out: the complete first one (dated this year) is better
-            result = first_read
-            warnings.append(f"year-less stamps dated {datetime.now(timezone.utc).year}, not the job's {year}: the budget ran out reading them again")
-    elif year:
-        options.year, options.month = year, month
     if zone is None:
         job_tz = _job_timezone(result.events)
         if job_tz is not None:
@@ -124,16 +110,6 @@ def analyze(
         "time_zone": (zone.key if zone else None),
     }
     return report, timeline, result
-
-
-def _job_year_month(ev: pl.DataFrame) -> tuple[int | None, int | None]:
-    """The year and month the job ran, for year-less stamps: the median of the stamps that
-    carry a year, so one stray old line (an Xid from last December) does not move it."""
-    exact = ev.filter((pl.col("time_quality") == TimeQuality.EXACT.value) & pl.col("time").is_not_null() & (pl.col("source") != "versions"))
-    if exact.height == 0:
-        return None, None
-    t = exact["time"].sort()[exact.height // 2]
-    return t.year, t.month  # type: ignore[union-attr]
 
 
 def _job_timezone(ev: pl.DataFrame) -> ZoneInfo | None:

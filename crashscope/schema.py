@@ -146,9 +146,21 @@ EVENT_SCHEMA = pl.Schema(
         "attrs": pl.String,  # JSON object
         "file": pl.String,  # path relative to the analysed directory ("a.tar.gz!member" inside archives)
         "line": pl.Int64,  # 1-based
+        # The stamp printed no year (syslog, c10/glog, torchrun): the timeline dates it in the
+        # job's year, from the stamps that carry one (one pass, no second reading).
+        "year_assumed": pl.Boolean,
     }
 )
 
 
 def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def conform_events(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` in exactly ``EVENT_SCHEMA``: columns it lacks (events written by an older
+    crashscope, a shard, a test's frame) come as nulls, extra ones go, types are cast."""
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in EVENT_SCHEMA.items() if c not in df.columns]
+    if missing:
+        df = df.with_columns(missing)
+    return df.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])

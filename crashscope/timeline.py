@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.ingest import IngestResult
-from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality
+from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events
 
 SKEW_THRESHOLD_S = 2.0
 GROUP_MIN_MEMBERS = 2
@@ -127,7 +127,9 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = result.events
     if ev.height == 0:
         return Timeline(ev, None, [], expected_ranks, [], {}, [], ["no events were found in any file"])
+    ev = conform_events(ev)
     ev = _drop_catalog_twins(ev)
+    ev = date_year_less(ev, warnings)
     ev = ev.with_row_index("_id")
     ev = _hosts_from_paths(ev)
     ev = _resolve_ranks(ev)
@@ -175,6 +177,51 @@ def _ns(v: Any) -> int | None:
 
 def _attr(col: str, key: str, dtype: pl.DataType | type[pl.DataType] = pl.String) -> pl.Expr:
     return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
+
+
+def job_year_month(ev: pl.DataFrame) -> tuple[int | None, int | None]:
+    """The year and month the job ran: the median of the stamps that carry a year (in a
+    known zone or not: the zone does not move the year), so one stray old line (an Xid from
+    last December) does not move it."""
+    exact = ev.filter(
+        pl.col("time_quality").is_in([TimeQuality.EXACT.value, TimeQuality.ESTIMATED.value])
+        & pl.col("time").is_not_null()
+        & (pl.col("source") != "versions")
+        & ~pl.col("year_assumed").fill_null(False)
+    )
+    if exact.height == 0:
+        return None, None
+    t = exact["time"].sort()[exact.height // 2]
+    return t.year, t.month
+
+
+def date_year_less(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """Date the year-less stamps (syslog, c10/glog, torchrun), which sources read in the
+    current year, in the job's year instead: the one within six months of the job's month,
+    so a job across New Year gets December stamps in one year and January ones in the next.
+    Without any stamp that carries a year they stay in the current year, marked estimated."""
+    assumed = pl.col("year_assumed").fill_null(False) & pl.col("time").is_not_null()
+    if not ev.select(assumed.any()).item():
+        return ev
+    year, month = job_year_month(ev)
+    if year is None or month is None:
+        warnings.append("no line of the job says its year: year-less stamps (syslog, c10, torchrun) were dated this year")
+        return ev.with_columns(
+            pl.when(assumed & (pl.col("time_quality") == TimeQuality.EXACT.value))
+            .then(pl.lit(TimeQuality.ESTIMATED.value))
+            .otherwise(pl.col("time_quality").cast(pl.String))
+            .cast(ev.schema["time_quality"])
+            .alias("time_quality")
+        )
+    m = pl.col("time").dt.month().cast(pl.Int32)
+    target = pl.lit(year, pl.Int32) - (m - month > 6).cast(pl.Int32) + (month - m > 6).cast(pl.Int32)
+    delta = target - pl.col("time").dt.year().cast(pl.Int32)
+    return ev.with_columns(
+        pl.when(assumed & (delta != 0))
+        .then(pl.col("time").dt.offset_by(pl.format("{}y", delta)))
+        .otherwise(pl.col("time"))
+        .alias("time")
+    )
 
 
 def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:

@@ -30,6 +30,7 @@ _DEFAULTS: dict[str, Any] = {
     "attrs": None,
     "file": "logs/rank0.log",
     "line": 1,
+    "year_assumed": None,
 }
 
 

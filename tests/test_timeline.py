@@ -106,7 +106,7 @@ def test_host_from_file_name_of_known_host() -> None:
 
 
 def test_job_year_ignores_a_stray_old_stamp() -> None:
-    from crashscope.analyze import _job_year_month
+    from crashscope.timeline import job_year_month as _job_year_month
 
     jan = int(datetime(2027, 1, 3, 10, tzinfo=timezone.utc).timestamp()) * SEC
     dec = int(datetime(2026, 12, 20, 10, tzinfo=timezone.utc).timestamp()) * SEC
@@ -137,3 +137,34 @@ def test_a_message_that_names_its_rank_gives_the_event_that_rank():
         dict(source="pytorch", kind="exception", message="RuntimeError: rank 3 is fine"),
     )
     assert _subject_ranks(ev)["rank"].to_list() == [3, 6, 1, None]  # a prefix's rank is kept
+
+
+def test_year_less_stamps_of_a_past_job_are_dated_in_one_pass(tmp_path) -> None:
+    """A 2024 job: its c10 lines print no year; the Slurm lines that carry one date them.
+    One reading (no second ingest), and a December line of a January job falls in the year before."""
+    from crashscope.analyze import analyze
+
+    (tmp_path / "slurm-77.out").write_text(
+        "[2024-01-03T10:00:00.000] error: *** JOB 77 ON node001 CANCELLED AT 2024-01-03T10:05:00 ***\n"
+        "slurmstepd: error: *** JOB 77 ON node001 CANCELLED AT 2024-01-03T10:05:00 ***\n"
+    )
+    (tmp_path / "rank0.log").write_text(
+        "[rank0]:[E0103 10:04:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600000 milliseconds before timing out.\n"
+        "[rank0]:[E1231 23:59:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600000 milliseconds before timing out.\n"
+    )
+    calls = []
+    import crashscope.analyze as mod
+
+    real = mod.ingest
+    monkey = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    mod.ingest = monkey
+    try:
+        _, tl, _ = analyze(tmp_path, use_classifier=False)
+    finally:
+        mod.ingest = real
+    assert len(calls) == 1
+    c10 = tl.events.filter(pl.col("file") == "rank0.log").sort("line")
+    years = {(line, t.year) for line, t in c10.select("line", "time").iter_rows() if t is not None}
+    assert years == {(1, 2024), (2, 2023)}, years

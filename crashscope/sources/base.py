@@ -112,6 +112,7 @@ class ParseContext:
         # ingest._fold_runs): the row their event went to, to count the run onto.
         self.watch_lines: set[int] = set()
         self._line_rows: dict[int, dict[str, Any]] = {}
+        self._yearless_times: set[int] = set()  # stamps yearless_ns dated in an assumed year
 
     # -- output -------------------------------------------------------------------------
     def emit(
@@ -198,6 +199,7 @@ class ParseContext:
             "attrs": attrs_json,
             "file": self.file.path,
             "line": line,
+            "year_assumed": (time in self._yearless_times) if time is not None and self._yearless_times else None,
         }
         if seen is None:
             self._seen[key] = [1, row]
@@ -329,7 +331,10 @@ class ParseContext:
                 year -= 1
             elif ref - month > 6:
                 year += 1
-        return self.local_ns(year, month, day, hh, mm, ss, ns)
+        t = self.local_ns(year, month, day, hh, mm, ss, ns)
+        if t is not None and self.options.year is None:
+            self._yearless_times.add(t)
+        return t
 
 
 def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
