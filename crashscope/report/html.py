@@ -222,19 +222,26 @@ def _hosts(r: Report) -> dict[str, Any]:
     versions = {n: (f.get("versions") if isinstance(f.get("versions"), dict) else {}) for n, f in facts.items()}
     components = [c for c in KEY_COMPONENTS if any(c in v for v in versions.values())]
 
-    def majority(values: list[Any]) -> Any:
+    def majority(values: list[Any], others: list[Any] | None = None) -> Any:
+        """The usual value; on a tie, that of the hosts outside the culprit (two hosts, one
+        implicated: the other one's value is the usual one)."""
         seen = [v for v in values if v is not None]
         if len(seen) < 2:
             return None
         (top, k), *rest = Counter(seen).most_common(2) + [(None, 0)]
-        return top if k > rest[0][1] else None  # a tie has no odd one
+        if k > rest[0][1]:
+            return top
+        if others is not None and len(set(o for o in others if o is not None)) == 1 and len(others) < len(values):
+            return next(o for o in others if o is not None)
+        return None
 
     for c in sorted({c for v in versions.values() for c in v} - set(components)):
         vals = [v.get(c) for v in versions.values() if c in v]
         if len(set(vals)) > 1 and len(components) < 14:
             components.append(c)
-    usual = {c: majority([versions[n].get(c) for n in names]) for c in components}
-    usual_gpus = majority([f.get("gpus") or None for f in facts.values()])
+    bystanders = [n for n in names if n not in implicated]
+    usual = {c: majority([versions[n].get(c) for n in names], [versions[n].get(c) for n in bystanders]) for c in components}
+    usual_gpus = majority([facts[n].get("gpus") or None for n in names], [facts[n].get("gpus") or None for n in bystanders])
     lasts = {n: _when(f.get("last") or (cov.get(n) or {}).get("last")) for n, f in facts.items()}
     known_last = [t for t in lasts.values() if t is not None]
     median_last = statistics.median_low(known_last) if len(known_last) >= 3 else None
@@ -292,7 +299,7 @@ def _history(r: Report) -> dict[str, Any]:
     for h in rows:
         keys += [k for k in h if k not in keys]
     keys = keys[:10]
-    return {"keys": [_cut(k, 60) for k in keys], "rows": [[_generic(h.get(k)) for k in keys] for h in rows]}
+    return {"columns": [_cut(k, 60) for k in keys], "rows": [[_generic(h.get(k)) for k in keys] for h in rows]}
 
 
 def _coverage(r: Report) -> dict[str, Any]:
@@ -357,7 +364,10 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
     implicated_nodes = {str(x) for x in (r.implicated or {}).get("nodes") or []}
     per_rank = len(ranks) <= RANK_ROWS_UP_TO
     median_last = statistics.median_low(rank_last) if rank_last else None
-    quiet = max(2.0, 0.05 * span)  # a rank this much quieter than the median stands out
+    # A rank stands out when its last line is well before most ranks' (robustly: by the
+    # median absolute deviation of the last lines, at least 2 s).
+    mad = statistics.median_low([abs((t - median_last).total_seconds()) for t in rank_last]) if median_last else 0.0
+    quiet = max(2.0, 4 * mad)
     outliers = set()
     if not per_rank and median_last is not None:
         early = sorted((t, a["rank"]) for a in ranks for t in [_when(a.get("last"))] if t and (median_last - t).total_seconds() > quiet)
@@ -470,11 +480,17 @@ def render_html(report: Report, **_: Any) -> str:
     r = report
     from crashscope import __version__
 
+    window = crash_window(r)
+    zoom = timeline_picture(r, window=window) if window else None
+    picture = timeline_picture(r)
+    (zoom or picture)["legend"] = True
+    picture.setdefault("legend", False)
+
     context = {
         "csp": CSP,
         "v": _verdict(r),
-        "picture": timeline_picture(r),
-        "zoom": (lambda w: timeline_picture(r, window=w) if w else None)(crash_window(r)),
+        "picture": picture,
+        "zoom": zoom,
         "evidence": _evidence(r),
         "more_evidence": max(0, len(r.evidence) - MAX_EVIDENCE),
         "symptoms": _symptoms(r),
