@@ -121,6 +121,8 @@ _HOSTLIST = regex.compile(r"(?<![A-Za-z0-9.-])([A-Za-z][A-Za-z0-9-]*)\[([0-9,\-\
 _IPV4 = regex.compile(r"(?<![0-9.=v-])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![0-9]|\.\d)")
 _IPV6_CANDIDATE = regex.compile(r"(?<![A-Za-z0-9:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|(?:\d{1,3}\.){3}\d{1,3})(?:%[A-Za-z0-9_.]+)?(?![A-Za-z0-9:])")
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::", "255.255.255.255"})
+_HOST_END = frozenset(["", " ", "\t", ":", "/", ",", ";", ")", ">", "<", "]", '"', "'", "|", "\n"])
+_FILE_EXTS = frozenset({"log", "txt", "out", "err", "json", "csv", "gz", "zst", "xz", "bz2", "tar", "md", "html", "yaml", "yml", "toml", "py", "sh", "pt", "bin"})
 _HOST_FIELDS = frozenset({"node", "nodes", "host", "hosts", "hostname", "hostnames", "culprit_node", "batch_host", "nodelist"})
 
 
@@ -240,8 +242,11 @@ class Redactor:
         low = h.lower()
         if "." in low:
             short, _, domain = low.partition(".")
+            labels = domain.split(".")
             if domain and not domain.isdigit():
-                self._domains.add(domain)
+                # the domain and its parents of two labels or more (login.acme.com is acme's too)
+                for i in range(max(1, len(labels) - 1)):
+                    self._domains.add(".".join(labels[i:]))
                 self._domain_re = None
             if len(short) >= 2:
                 # the short name and the fully qualified one are one host
@@ -274,6 +279,16 @@ class Redactor:
             self.add_user(m.group(1) or m.group(2) or "")
         for m in _USER_KV.finditer(text):
             self.add_user(m.group(2))
+        self._compile()
+        if self._host_re is not None:
+            # a known short name with a domain (node001.hpc.acme.com): learn the domain, so
+            # other hosts in it go too; a file name (node001.log) is not a domain
+            for m in self._host_re.finditer(text):
+                suffix = m.group(2) or ""
+                after = text[m.end():m.end() + 1]
+                last = suffix.rsplit(".", 1)[-1]
+                if suffix and after in _HOST_END and last.isalpha() and 2 <= len(last) <= 24 and last.lower() not in _FILE_EXTS:
+                    self.add_host(m.group(1) + suffix)
         for m in _HOST_KV.finditer(text):
             v = m.group(2)
             if not _IPV4.fullmatch(v) and not v.isdigit() and any(c.isalpha() for c in v):
@@ -401,16 +416,16 @@ class Redactor:
     def _host(self, m: Any) -> str:
         name, suffix = m.group(1).lower(), m.group(2) or ""
         known = self._maps["host"]
+        if not suffix:
+            return known[name]
         full = (name + suffix).lower()
-        if suffix and full in known:
+        if full in known:
             return known[full]
-        if suffix:
-            # a file name (node001.log) keeps its suffix; a domain goes
-            dom = suffix[1:].lower()
-            if dom in self._domains or any(dom.endswith("." + d) for d in self._domains) or dom.count(".") >= 1:
-                return known[name]
-            return known[name] + suffix
-        return known[name]
+        rest = suffix[1:].lower()
+        for d in sorted(self._domains, key=len, reverse=True):
+            if rest == d or (rest.startswith(d) and not rest[len(d)].isalnum()):
+                return known[name] + suffix[1 + len(d):]  # the domain goes, a file suffix stays
+        return known[name] + suffix
 
     def _domain(self, m: Any) -> str:
         prefix = m.group(1).rstrip(".")
