@@ -193,10 +193,7 @@ class Isolation:
         p = self.plan
         ranks: list[int] = []
         for u in units:
-            i = p.units.index(u)
-            ranks += [i * p.per_unit + k for k in range(p.per_unit)]
-        for a, b in links:
-            pass
+            ranks += p.ranks_of(u)
         nodes = units if p.unit_kind == "node" else []
         per_unit = {}
         for i, u in enumerate(p.units):

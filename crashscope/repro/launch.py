@@ -107,7 +107,7 @@ def commands(g: Group, results: str) -> list[Command]:
         base_env.setdefault("OMP_NUM_THREADS", "1")  # n CPU workers on one host: no oversubscription
     wa = worker_args(g, results)
     if g.launcher == "local":
-        return [Command([g.python, *wa], dict(base_env, RANK=str(r), WORLD_SIZE=str(g.world), LOCAL_RANK=str(r % g.per_unit)), rank=r)
+        return [Command([g.python, *wa], dict(base_env, RANK=str(r), WORLD_SIZE=str(g.world), LOCAL_RANK=str(r)), rank=r)
                 for r in range(g.world)]
     if g.launcher == "torchrun":
         argv = [g.python, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--nproc-per-node", str(g.world),

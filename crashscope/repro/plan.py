@@ -64,8 +64,15 @@ class Plan:
     process_group: dict[str, Any] = field(default_factory=dict)
     collective: dict[str, Any] = field(default_factory=dict)  # what the log said (op type, numel, seq)
     nccl_env: dict[str, str] = field(default_factory=dict)
+    unit_ranks: dict[str, list[int]] = field(default_factory=dict)  # the job's ranks on each unit (for the verdict)
     source: str = "direct"  # direct | report | jobdir
     notes: list[str] = field(default_factory=list)
+
+    def ranks_of(self, unit: str) -> list[int]:
+        if unit in self.unit_ranks:
+            return list(self.unit_ranks[unit])
+        i = self.units.index(unit)
+        return [i * self.per_unit + k for k in range(self.per_unit)]
 
     @property
     def world(self) -> int:
@@ -233,11 +240,12 @@ def plan_from_report(report: dict[str, Any], *, op: str | None = None, nbytes: i
         notes.append("the report names no nodes: local ranks")
     per_unit = gpn if launcher == "srun" and kind == "node" else 1
     references = [u for u in units if u not in implicated_units]
+    unit_ranks = {u: sorted(r for r, h in hosts.items() if h == u) for u in units} if kind == "node" else {}
     if not implicated_units:
         notes.append("the report implicates no node or rank: every unit is a suspect")
     return Plan(op=op, bytes=int(nbytes), dtype=canonical_dtype(dtype), units=units, per_unit=per_unit, unit_kind=kind,
                 implicated={"nodes": imp_nodes, "ranks": imp_ranks}, implicated_units=implicated_units,
-                reference_units=references, process_group=pg, collective=coll or {}, nccl_env=dict(nccl_env or {}),
+                reference_units=references, process_group=pg, collective=coll or {}, nccl_env=dict(nccl_env or {}), unit_ranks=unit_ranks,
                 source=source, notes=notes)
 
 

@@ -59,11 +59,12 @@ def _identity(a: argparse.Namespace) -> dict[str, Any]:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-        local = int(env.get("LOCAL_RANK", rank % a.per_unit))
+        local = int(env.get("LOCAL_RANK", rank))  # the device index on this host
+        slot = rank % a.per_unit
         position = rank // a.per_unit
     elif "SLURM_PROCID" in env:
         rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
-        local = int(env.get("SLURM_LOCALID", 0))
+        local = slot = int(env.get("SLURM_LOCALID", 0))
         names = [n for n in a.unit_names.split(",") if n]
         node = env.get("SLURMD_NODENAME", "")
         # srun orders tasks by its own node order, not ours: find the unit by node name
@@ -73,7 +74,7 @@ def _identity(a: argparse.Namespace) -> dict[str, Any]:
     ids = [int(x) for x in a.unit_ids.split(",")]
     unit = ids[position]
     return {"rank": rank, "world": world, "local_rank": local, "unit": unit,
-            "orig_rank": unit * a.per_unit + local, "host": socket.gethostname(), "pid": os.getpid()}
+            "orig_rank": unit * a.per_unit + slot, "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _injection(a: argparse.Namespace, orig_rank: int) -> tuple[str | None, float]:
