@@ -109,9 +109,9 @@ def _root(
     """Find why a multi-node GPU training job died, from its log directory."""
 
 
-from crashscope.cli import analyze_cmd, rules_cmd, simulate_cmd, train_cmd  # noqa: E402
+from crashscope.cli import analyze_cmd, repro_cmd, rules_cmd, simulate_cmd, train_cmd  # noqa: E402
 
-for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd):
+for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd, repro_cmd):
     _module.register(app)
 __import__("crashscope.cli.fleet_cmd", fromlist=["register"]).register(app)  # crashscope fleet
 __import__("crashscope.cli.ticket_cmd", fromlist=["register"]).register(app)  # crashscope ticket
