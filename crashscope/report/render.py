@@ -165,6 +165,28 @@ def _history_line(h: Any, esc: Callable[..., str]) -> str:
     return f"{esc(h.get('key'))}: {esc(h.get('advice'), 300)}" + (f" (earlier: jobs {', '.join(jobs[:5])}{more})" if jobs else "")
 
 
+def _repro_lines(r: Any, esc: Callable[..., str]) -> list[str]:
+    """`crashscope repro`'s verdict: the headline, then one line per run with its numbers."""
+    if not isinstance(r, dict):
+        return [esc(r)]
+    imp = r.get("implicated") if isinstance(r.get("implicated"), dict) else {}
+    named = [esc(n) for n in imp.get("nodes") or []] or [f"rank {esc(x)}" for x in imp.get("ranks") or []]
+    links = [f"{esc(lk['between'][0])}-{esc(lk['between'][1])}" for lk in r.get("links") or []
+             if isinstance(lk, dict) and isinstance(lk.get("between"), list) and len(lk["between"]) == 2]
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    head = f"{esc(r.get('verdict'))}" + (f": {', '.join(named)}" if named else "") + (f"; link {', '.join(links)}" if links else "")
+    head += f" ({esc(plan.get('op'))} {esc(plan.get('bytes'))} bytes, {esc(plan.get('backend'))}, {esc(r.get('time'))})" if plan else ""
+    out = [head] + ([esc(r.get("reason"), 300)] if _known(r.get("reason")) else [])
+    for run in (r.get("runs") or [])[:12]:
+        if not isinstance(run, dict):
+            continue
+        bw = run.get("busbw")
+        num = f"busbw {float(bw):.3g} GB/s, {float(run.get('time') or 0) * 1e3:.3g} ms" if isinstance(bw, (int, float)) else "no numbers"
+        err = f": {esc(run.get('error'), 160)}" if _known(run.get("error")) else ""
+        out.append(f"{esc(run.get('purpose'))} {esc(','.join(str(u) for u in run.get('units') or []), 80)}: {esc(run.get('status'))}, {num}{err}")
+    return out
+
+
 # --- terminal ------------------------------------------------------------------------------
 
 
@@ -261,6 +283,11 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
             bullet(_history_line(h, _t))
         if not full and len(report.history) > 3:
             hidden.append(f"{len(report.history) - 3} fleet-history")
+    if report.repro:
+        rl = _repro_lines(report.repro, _t)
+        line(("Reproduction: ", "bold"), rl[0], wrap=True)
+        for text in rl[1:]:
+            bullet(text)
 
     line("")
     if report.evidence:
@@ -355,6 +382,9 @@ def render_markdown(report: Report, **_: Any) -> str:
         out += ["", "Alternatives: " + ", ".join(f"{_mdc(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives if isinstance(a, dict))]
     if report.history:
         out += ["", "## Fleet history", ""] + [f"- {_history_line(h, _mdt)}" for h in report.history]
+    if report.repro:
+        rl = _repro_lines(report.repro, _mdt)
+        out += ["", "## Reproduction (crashscope repro)", "", rl[0], ""] + [f"- {x}" for x in rl[1:]]
     ff = report.first_failure
     if isinstance(ff, dict) and ff:
         where = _where(ff.get("node"), ff.get("rank"))
