@@ -43,7 +43,7 @@ STEP_FACTOR = 1.4  # a rank's median step time over the median of the others' me
 CLOCK_FACTOR = 0.75  # a GPU's median SM clock under load below this share of the peers' median
 BUSY_UTIL = 50  # samples at or above this utilisation are "under load"
 MIN_STEPS = 3
-SLOW_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+SLOW_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "thermal_violation", "power_violation")
 
 
 def stragglers(events: pl.DataFrame, world: int | None) -> list[Finding]:
@@ -96,13 +96,19 @@ def _evidence(r: dict[str, Any], rank: int | None = None) -> Evidence:
 
 
 def _throttle_events(ev: pl.DataFrame) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """gpu_throttle events with a slowing reason, by (host, gpu pci)."""
-    d = ev.filter((pl.col("kind") == Kind.GPU_THROTTLE.value) & pl.col("host").is_not_null() & pl.col("gpu").is_not_null())
+    """gpu_throttle events with a slowing reason, by (host, gpu pci). Telemetry that names a
+    GPU by its index only (``dcgmi dmon``, ``dcgmi health``) gets the PCI id the node's
+    nvidia-smi / DCGM inventory gives that index (NVML indices, not CUDA ordinals)."""
+    d = ev.filter((pl.col("kind") == Kind.GPU_THROTTLE.value) & pl.col("host").is_not_null())
+    inv = ev.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null()
+                    & pl.col("source").cast(pl.String).is_in(["nvidia_smi", "gpu_csv", "dcgm"]))
+    pci_of = {(h, int(i)): g for h, i, g in inv.group_by(["host", "gpu_index"]).agg(pl.col("gpu").mode().first()).iter_rows()}
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in d.sort("time", nulls_last=True).iter_rows(named=True):
         reasons = _attrs(r["attrs"]).get("reasons") or []
-        if any(x in SLOW_REASONS for x in reasons if isinstance(x, str)):
-            out[(r["host"], r["gpu"])].append(r)
+        gpu = r["gpu"] or (pci_of.get((r["host"], r["gpu_index"])) if r["gpu_index"] is not None else None)
+        if gpu and any(x in SLOW_REASONS for x in reasons if isinstance(x, str)):
+            out[(r["host"], gpu)].append(dict(r, gpu=gpu))
     return out
 
 

@@ -8,6 +8,7 @@ from crashscope.sources import gpu_csv, kernel, nccl, nvidia_smi, pytorch, sacct
 from crashscope.sources import catalog
 from crashscope.sources import applog
 from crashscope.sources import flight_recorder
+from crashscope.sources import dcgm
 from crashscope.sources import envdump
 from crashscope.sources import nsys
 from crashscope.sources.base import FileSource, LineSource, Source
@@ -25,6 +26,7 @@ SOURCES: tuple[Source, ...] = (
     catalog.SOURCE,
     applog.SOURCE,
     flight_recorder.SOURCE,
+    dcgm.SOURCE,
     envdump.SOURCE,
     nsys.SOURCE,
 )

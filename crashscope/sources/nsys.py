@@ -527,7 +527,7 @@ def _iso(ns: int | None) -> str | None:
 
 # -- nsys stats CSV ------------------------------------------------------------------------------------
 
-_UNIT = regex.compile(r"^(?P<base>.*?)\s*\((?P<unit>ns|nsec|us|usec|ms|msec|s|sec)\)\s*$")
+_UNIT = regex.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]*)\)\s*$")
 _UNIT_NS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "ms": 1_000_000, "msec": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000}
 # report -> columns that identify its header (names without units)
 _REPORTS = {
@@ -547,7 +547,8 @@ def _split_header(line: str) -> tuple[list[str], dict[str, int]] | None:
         m = _UNIT.match(c.strip())
         if m:
             names.append(m.group("base").strip())
-            units[m.group("base").strip()] = _UNIT_NS[m.group("unit")]
+            if m.group("unit") in _UNIT_NS:
+                units[m.group("base").strip()] = _UNIT_NS[m.group("unit")]
         else:
             names.append(c.strip())
     return names, units
