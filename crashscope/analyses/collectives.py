@@ -109,11 +109,15 @@ def _entries(events: pl.DataFrame) -> list[dict[str, Any]]:
         a = _attrs(row["attrs"])
         if a.get("is_p2p") or not isinstance(a.get("seq"), int) or a.get("pg") is None:
             continue
-        key = (int(row["rank"]), str(a["pg"]), a["seq"], a.get("record_id"))
+        # Unnamed groups (gloo under TORCH_DISTRIBUTED_DEBUG: the default PG and the debug
+        # wrapper's helper PG are both ('', '')) are told apart by their local index, which
+        # is the same on every rank for groups created in the same order.
+        pg = str(a["pg"]) or f"#{a.get('pg_id')}"
+        key = (int(row["rank"]), pg, a["seq"], a.get("record_id"))
         if key in seen:  # the pickle and the JSON dump of one rank
             continue
         seen.add(key)
-        out.append({"rank": int(row["rank"]), "pg": str(a["pg"]), "desc": a.get("pg_desc") or "", "seq": a["seq"],
+        out.append({"rank": int(row["rank"]), "pg": pg, "desc": a.get("pg_desc") or "", "seq": a["seq"],
                     "op": a.get("op") or "", "sizes": a.get("input_sizes") or [], "dtypes": a.get("input_dtypes") or [],
                     "state": a.get("state"), "_t": row["_t"], "row": row})
     return out
@@ -150,7 +154,7 @@ def flight_recorder(events: pl.DataFrame, world: int | None) -> list[Finding]:
 def _members(pg: str, desc: str, by_rank: dict[int, Any], dumps: _Dumps) -> set[int]:
     if dumps.pg_ranks.get(pg):
         return dumps.pg_ranks[pg]
-    if desc == DEFAULT_PG_DESC or pg == "0":
+    if desc == DEFAULT_PG_DESC or pg in ("0", "#0"):
         return set(dumps.expected)
     return set(by_rank)  # a subgroup the header does not describe (gloo): its ranks seen in entries
 
@@ -166,7 +170,7 @@ def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) ->
     members_of: dict[str, set[int]] = {}
     for pg, by_rank in by_pg.items():
         members = _members(pg, desc_of.get(pg, ""), by_rank, dumps)
-        if not dumps.pg_ranks.get(pg) and pg not in ("0",) and desc_of.get(pg) != DEFAULT_PG_DESC:
+        if not dumps.pg_ranks.get(pg) and pg not in ("0", "#0") and desc_of.get(pg) != DEFAULT_PG_DESC:
             members = members | (dumps.expected - dumps.ranks)  # an undumped rank may belong to it
         members_of[pg] = members
         dumped = members & dumps.ranks
