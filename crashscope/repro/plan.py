@@ -273,10 +273,18 @@ def scan_nccl_env(root: Path) -> dict[str, str]:
     for item in walk(root):
         if not isinstance(item, Entry):
             continue
+        chunks: list[bytes] = []
+        got = 0
         try:
-            data = item.stream.read(_ENV_SCAN_BYTES)
+            while got < _ENV_SCAN_BYTES:  # raw streams return short reads
+                chunk = item.stream.read(min(1 << 20, _ENV_SCAN_BYTES - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
         except Exception:  # an unreadable member costs only itself
             continue
+        data = b"".join(chunks)
         if b"set by environment to" not in data:
             continue
         found = nccl_env_from_lines(data.decode("utf-8", "replace").splitlines())
