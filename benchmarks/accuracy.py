@@ -49,13 +49,13 @@ def main() -> None:
     ap.add_argument("--confounder-rate", type=float, default=0.5)
     ap.add_argument("--out", type=Path, default=Path("/tmp/crashscope-accuracy"))
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--corpora", default="simulated,recorded,real", help="comma-separated: simulated, recorded, real")
+    ap.add_argument("--corpora", default="simulated,recorded,recorded_fr,real", help="comma-separated: simulated, recorded, recorded_fr, real")
     args = ap.parse_args()
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     results: dict = {}
     if "simulated" in corpora:
         results["simulated"] = _simulated(args)
-    for name in ("recorded", "real"):
+    for name in ("recorded", "recorded_fr", "real"):
         if name in corpora:
             results[name] = _corpus(name)
     _side_by_side(results)
@@ -65,7 +65,7 @@ def main() -> None:
 
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS_DIRS = {"recorded": REPO / "fixtures" / "recorded", "real": REPO / "tests" / "data" / "real"}
+CORPUS_DIRS = {"recorded": REPO / "fixtures" / "recorded", "recorded_fr": REPO / "fixtures" / "recorded_fr", "real": REPO / "tests" / "data" / "real"}
 
 
 def _corpus(name: str) -> dict:

@@ -29,13 +29,13 @@ from crashscope.verdict import CONFIDENT_LINE as CONFIDENT
 # Causes that concern the whole job (the scheduler's decision, a clean run): a node named
 # in the banner is where the message was printed, not a culprit, so no culprit is scored.
 WHOLE_JOB_CAUSES = ("time_limit", "preemption", "none", "unknown")
-TRUTH_FILES = {"recorded": "truth.json", "real": "label.json"}
+TRUTH_FILES = {"recorded": "truth.json", "recorded_fr": "truth.json", "real": "label.json"}
 
 
 @dataclass(frozen=True)
 class Case:
     id: str
-    corpus: str  # recorded | real
+    corpus: str  # recorded | recorded_fr (Flight Recorder dumps, benchmarks/lab/fr_record.py) | real
     path: Path
     cause: str
     nodes: tuple[str, ...] = ()
@@ -74,7 +74,7 @@ def load_cases(root: Path, corpus: str) -> list[Case]:
                 cause=str(d["cause"]),
                 nodes=tuple(culprit.get("nodes") or ()),
                 ranks=tuple(int(r) for r in culprit.get("ranks") or ()),
-                first_failure=d.get("first_failure") if corpus == "recorded" else None,
+                first_failure=d.get("first_failure") if corpus.startswith("recorded") else None,
                 label=d,
             )
         )

@@ -16,7 +16,7 @@ import pytest
 from crashscope.evaluation import CONFIDENT, Case, analyze_case, load_cases, score
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPORA = {"recorded": ROOT / "fixtures" / "recorded", "real": ROOT / "tests" / "data" / "real"}
+CORPORA = {"recorded": ROOT / "fixtures" / "recorded", "recorded_fr": ROOT / "fixtures" / "recorded_fr", "real": ROOT / "tests" / "data" / "real"}
 KNOWN = json.loads((ROOT / "tests" / "data" / "known_misses.json").read_text(encoding="utf-8"))
 CASES = [c for corpus, root in CORPORA.items() for c in load_cases(root, corpus)]
 

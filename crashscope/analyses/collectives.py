@@ -192,7 +192,7 @@ def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) ->
     if not divergent:
         return _undumped(entries, dumps, missing_dump, undumped_members, events)
     divergent.sort(key=lambda d: (d[0] is None, d[0] or 0, d[1]))
-    waiting = _waiting(entries, by_pg, members_of)
+    waiting = _waiting(entries, by_pg, members_of, dumps.ranks)
     suspects = set().union(*(d[3] for d in divergent)) - waiting
     if not suspects and missing_dump:  # every missing rank waits on someone: on the undumped ones
         return _undumped(entries, dumps, missing_dump, undumped_members, events, force=True)
@@ -245,9 +245,10 @@ def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) ->
     )
 
 
-def _waiting(entries: list[dict[str, Any]], by_pg: dict, members_of: dict[str, set[int]]) -> set[int]:
-    """Ranks whose latest entry is a collective some member of its group lacks (or may lack:
-    a member without a dump): they entered it and wait, so they are not where the hang began."""
+def _waiting(entries: list[dict[str, Any]], by_pg: dict, members_of: dict[str, set[int]], dumped: set[int]) -> set[int]:
+    """Ranks that entered their latest collective and wait in it: no member of its group got
+    further, and a member lacks it (or may: a member without a dump). They are not where the
+    hang began."""
     latest: dict[int, dict[str, Any]] = {}
     for e in entries:
         cur = latest.get(e["rank"])
@@ -255,8 +256,11 @@ def _waiting(entries: list[dict[str, Any]], by_pg: dict, members_of: dict[str, s
             latest[e["rank"]] = e
     out = set()
     for r, e in latest.items():
+        group = by_pg[e["pg"]]
         others = members_of.get(e["pg"], set()) - {r}
-        if any(e["seq"] not in by_pg[e["pg"]].get(o, {}) for o in others):
+        if any(max(group[o], default=-1) > e["seq"] for o in others if o in group):
+            continue  # a peer got past it: it completed
+        if any(o not in dumped or e["seq"] not in group.get(o, {}) for o in others):
             out.add(r)
     return out
 
@@ -342,7 +346,8 @@ def _mismatch(entries: list[dict[str, Any]]) -> list[Finding]:
 
 def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Finding]:
     """From ``last enqueued work: X, last completed work: Y`` per rank and PG (see the module docstring)."""
-    w = events.filter((pl.col("kind") == Kind.WATCHDOG_ERROR.value) & pl.col("rank").is_not_null()
+    # the watchdog's failure line, and the dump-signal line of a rank told by a peer to dump
+    w = events.filter(pl.col("kind").is_in([Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value]) & pl.col("rank").is_not_null()
                       & pl.col("attrs").str.contains('"last_enqueued"', literal=True).fill_null(False))
     if w.height == 0:
         return []

@@ -1,0 +1,170 @@
+"""Hang localization and mismatches from real Flight Recorder dumps (``fixtures/recorded_fr``,
+torch 2.13 gloo, ``benchmarks/lab/fr_record.py``), with every dump and with some missing, and
+from the watchdog's PG status lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crashscope.analyses import collectives as col
+from crashscope.ingest import ingest
+from crashscope.testing import parse_text
+
+ROOT = Path(__file__).resolve().parent.parent
+FR = ROOT / "fixtures" / "recorded_fr"
+HANGS = sorted(p for p in FR.glob("hang_rank*") if (p / "truth.json").exists())
+
+
+def _truth(d: Path) -> dict:
+    return json.loads((d / "truth.json").read_text())
+
+
+def _findings(d: Path, world: int = 4) -> dict[str, object]:
+    ev = ingest(d).events
+    return {f.rule_id: f for f in col.flight_recorder(ev, world)}, ev
+
+
+def _without(src: Path, tmp: Path, ranks: list[int]) -> Path:
+    dst = tmp / src.name
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("truth.json"))
+    for r in ranks:
+        for f in (dst / "fr").glob(f"nccl_trace_rank_{r}*"):
+            f.unlink()
+    return dst
+
+
+def test_there_are_hang_recordings_with_every_dump() -> None:
+    assert len(HANGS) >= 2
+    for d in HANGS:
+        assert len(list((d / "fr").glob("nccl_trace_rank_?"))) == 4, d
+
+
+@pytest.mark.parametrize("case", HANGS, ids=lambda p: p.name)
+def test_hang_with_every_dump_names_the_rank_that_never_entered(case: Path, tmp_path: Path) -> None:
+    want = _truth(case)["culprit"]["ranks"]
+    found, ev = _findings(_without(case, tmp_path, []))
+    f = found[col.HANG_ID]
+    assert list(f.ranks) == want
+    assert f.weight == col.HANG_WEIGHT and f.cause == "node_failure"
+    assert "never entered collective #" in f.title
+    assert col.missing_dumps(ev, 4) == []
+    assert col.MISMATCH_ID not in found
+
+
+@pytest.mark.parametrize("case", HANGS, ids=lambda p: p.name)
+def test_a_peer_dump_missing_lowers_the_weight_and_is_named(case: Path, tmp_path: Path) -> None:
+    want = _truth(case)["culprit"]["ranks"]
+    for peer in sorted({0, 1, 2, 3} - set(want)):
+        d = _without(case, tmp_path / f"no{peer}", [peer])
+        found, ev = _findings(d)
+        f = found[col.HANG_ID]
+        assert list(f.ranks) == want, (peer, f.title)
+        assert f.weight == col.HANG_PARTIAL_WEIGHT < col.HANG_WEIGHT
+        assert f"rank(s) {peer}" in f.title
+        assert col.missing_dumps(ev, 4) == [peer]
+        assert f"dumps of 1 rank(s): {peer}" in (col.missing_line(ev, 4) or "")
+
+
+@pytest.mark.parametrize("case", HANGS, ids=lambda p: p.name)
+def test_the_culprits_own_dump_missing_still_names_it_weaker(case: Path, tmp_path: Path) -> None:
+    want = _truth(case)["culprit"]["ranks"]
+    found, ev = _findings(_without(case, tmp_path, want))
+    f = found[col.HANG_ID]
+    assert list(f.ranks) == want and f.weight == col.NO_DUMP_WEIGHT
+    assert col.missing_dumps(ev, 4) == want
+
+
+def test_recorded_without_the_stopped_ranks_dump() -> None:
+    d = FR / "hang_nodump_rank1"
+    found, ev = _findings(d)
+    assert list(found[col.HANG_ID].ranks) == [1] and found[col.HANG_ID].weight == col.NO_DUMP_WEIGHT
+    assert col.missing_dumps(ev, 4) == [1]
+
+
+def test_report_confidence_drops_and_missing_names_the_dump(tmp_path: Path) -> None:
+    from crashscope.analyze import analyze
+
+    case = HANGS[0]
+    want = _truth(case)["culprit"]["ranks"]
+    peer = min({0, 1, 2, 3} - set(want))
+    full, _, _ = analyze(_without(case, tmp_path / "all", []))
+    part, _, _ = analyze(_without(case, tmp_path / "part", [peer]))
+    assert full.cause == part.cause == "node_failure"
+    assert full.implicated["ranks"] == part.implicated["ranks"] == want
+    assert part.confidence < full.confidence
+    assert not any("Flight Recorder" in m for m in full.missing)
+    assert any(f"Flight Recorder dumps of 1 rank(s): {peer}" in m for m in part.missing)
+
+
+@pytest.mark.parametrize("case", ["mismatch_op_rank0", "mismatch_size_rank3"])
+def test_mismatch_names_the_odd_rank(case: str, tmp_path: Path) -> None:
+    d = FR / case
+    want = _truth(d)["culprit"]["ranks"]
+    found, _ = _findings(_without(d, tmp_path, []))
+    f = found[col.MISMATCH_ID]
+    assert list(f.ranks) == want and f.cause == "software_error"
+    assert ("op" if "op" in case else "sizes") + " differ" in f.title
+    # without the odd rank's dump nothing differs: no other rank is blamed for a mismatch
+    found, _ = _findings(_without(d, tmp_path / "odd_gone", want))
+    assert col.MISMATCH_ID not in found
+
+
+def test_clean_run_gives_no_finding() -> None:
+    found, ev = _findings(FR / "clean")
+    assert found == {} and col.missing_dumps(ev, 4) == []
+
+
+def test_lab_recordings_under_torch_distributed_debug_are_not_mismatches() -> None:
+    # srun runs of the lab set TORCH_DISTRIBUTED_DEBUG: the default PG and the debug wrapper's
+    # helper PG are both named ('', '') in gloo's dumps and must not be matched as one group
+    d = ROOT / "fixtures" / "recorded" / "sigstop_rank0_srun"
+    found, ev = _findings(d)
+    assert col.MISMATCH_ID not in found
+    assert col.missing_dumps(ev, 4) == [0] and list(found[col.HANG_ID].ranks) == [0]
+
+
+def _watchdog_lines() -> str:
+    # ProcessGroupNCCL templates (shared/reference/pytorch.md 2.3): the waiting ranks' timeout and
+    # PG status; the stuck rank's dump-signal line with its own status
+    out = []
+    for r in (0, 1, 3):
+        out.append(f"[rank{r}]:[E1201 10:10:41.160918398 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+                   "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=13, OpType=ALLREDUCE, NumelIn=1024, "
+                   "NumelOut=1024, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.")
+        out.append(f"[rank{r}]:[E1201 10:10:41.161005534 ProcessGroupNCCL.cpp:2271] [PG ID 0 PG GUID 0(default_pg) Rank {r}]  "
+                   "failure detected by watchdog at work sequence id: 13 PG status: last enqueued work: 13, last completed work: 12")
+    out.append("[rank2]:[E1201 10:10:43.000000001 ProcessGroupNCCL.cpp:1614] [PG ID 0 PG GUID 0(default_pg) Rank 2] Received a dump "
+               "signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL "
+               "work: 12, last completed NCCL work: 12.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes "
+               "used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, "
+               "didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the "
+               "communications library (e.g. NCCL), etc.")
+    return "\n".join(out) + "\n"
+
+
+def test_watchdog_status_names_the_rank_stuck_outside() -> None:
+    from crashscope.sources.base import ParseOptions
+
+    df, _ = parse_text("pytorch", _watchdog_lines(), options=ParseOptions(year=2026))
+    (f,) = col.watchdog_stuck_outside(df, 4)
+    assert f.ranks == (2,) and f.cause == "node_failure"
+    assert "#13" in f.title and "2026-12-01T10:00:40.953" in f.title  # 10:10:41 minus 600047 ms
+
+
+def test_watchdog_all_waiting_names_nobody() -> None:
+    lines = "\n".join(ln for ln in _watchdog_lines().splitlines() if not ln.startswith("[rank2]"))
+    df, _ = parse_text("pytorch", lines)
+    assert col.watchdog_stuck_outside(df, 4) == []
+
+
+def test_hang_named_every_time_across_the_recordings(tmp_path: Path) -> None:
+    """The closing measurement: with every dump, the rank that never entered is named N/N."""
+    named = 0
+    for d in HANGS:
+        found, _ = _findings(d)
+        named += list(found[col.HANG_ID].ranks) == _truth(d)["culprit"]["ranks"]
+    assert named == len(HANGS)
