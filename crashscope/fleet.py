@@ -358,7 +358,7 @@ class FleetDB:
         ``days`` up to ``until`` (default now), most jobs first. Jobs count when their cause
         is in ``causes``, by default in :data:`KIND_CAUSES` of the culprit's kind, with
         ``all_causes`` whatever it is."""
-        from sqlalchemy import and_, func, or_, select, tuple_
+        from sqlalchemy import and_, func, or_, select
 
         _, _, _, imp = schema()
         end = _naive_utc(until or datetime.now(timezone.utc))
@@ -371,26 +371,20 @@ class FleetDB:
         if cluster is not None:
             where.append(imp.c.cluster == cluster)
         n = func.count(func.distinct(imp.c.job_id)).label("n")
+        # One query: the window's rows of every culprit that reaches min_jobs (a join with
+        # the grouped window, so the database never gets a long IN list).
+        hits = (select(imp.c.cluster, imp.c.kind, imp.c.key).where(*where)
+                .group_by(imp.c.cluster, imp.c.kind, imp.c.key).having(n >= min_jobs).subquery())
+        query = (select(imp.c.cluster, imp.c.kind, imp.c.key, imp.c.job_id, imp.c.end_time, imp.c.cause, imp.c.xid, imp.c.label, imp.c.node)
+                 .join(hits, and_(imp.c.cluster == hits.c.cluster, imp.c.kind == hits.c.kind, imp.c.key == hits.c.key))
+                 .where(*where).order_by(imp.c.end_time.desc(), imp.c.job_id))
+        details: dict[tuple[str, str, str], list[Any]] = {}
         try:
             with self._read() as conn:
                 if not self._check_readable(conn):
                     return []
-                groups = conn.execute(
-                    select(imp.c.cluster, imp.c.kind, imp.c.key, n, func.min(imp.c.end_time), func.max(imp.c.end_time))
-                    .where(*where).group_by(imp.c.cluster, imp.c.kind, imp.c.key).having(n >= min_jobs)
-                    .order_by(n.desc(), imp.c.kind, imp.c.key)
-                ).all()
-                details: dict[tuple[str, str, str], list[Any]] = {}
-                wanted = [(g[0], g[1], g[2]) for g in groups]
-                for i in range(0, len(wanted), 500):  # bounded IN lists
-                    chunk = wanted[i:i + 500]
-                    for r in conn.execute(
-                        select(imp.c.cluster, imp.c.kind, imp.c.key, imp.c.job_id, imp.c.end_time, imp.c.cause, imp.c.xid,
-                               imp.c.label, imp.c.node)
-                        .where(*where, tuple_(imp.c.cluster, imp.c.kind, imp.c.key).in_(chunk))
-                        .order_by(imp.c.end_time.desc())
-                    ):
-                        details.setdefault((r[0], r[1], r[2]), []).append(r)
+                for r in conn.execute(query):
+                    details.setdefault((r[0], r[1], r[2]), []).append(r)
         except FleetError:
             raise
         except Exception as e:
@@ -400,22 +394,23 @@ class FleetDB:
                 raise _error(self.url, e) from None
             raise
         out = []
-        for cl, kind, key, count, first, last in groups:
-            rows = details.get((cl, kind, key), [])
+        for (cl, kind, key), rows in details.items():
+            count = len({r[3] for r in rows})
+            first, last = rows[-1][4], rows[0][4]
             causes_n: dict[str, int] = {}
             for r in rows:
                 causes_n[r[5]] = causes_n.get(r[5], 0) + 1
-            xids = sorted({r[6] for r in rows if r[6] is not None})
-            label = rows[0][7] if rows else key
-            node = rows[0][8] if rows else None
             span = _days(last - first)
             out.append({
-                "cluster": cl, "kind": kind, "key": key, "label": label, "node": node, "jobs": int(count),
+                "cluster": cl, "kind": kind, "key": key, "label": rows[0][7], "node": rows[0][8], "jobs": count,
                 "first": _iso(first), "last": _iso(last), "days": span,
-                "causes": dict(sorted(causes_n.items(), key=lambda kv: (-kv[1], kv[0]))), "xids": xids,
+                "causes": dict(sorted(causes_n.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "xids": sorted({r[6] for r in rows if r[6] is not None}),
                 "job_ids": [r[3] for r in rows][:HISTORY_JOBS_SHOWN],
-                "advice": f"{count} job{'s' if count != 1 else ''} in {span} day{'s' if span != 1 else ''}: {ACTION.get(kind, 'look at it') if count >= DRAIN_JOBS else 'watch'}",
+                "advice": f"{count} job{'s' if count != 1 else ''} in {span} day{'s' if span != 1 else ''}: "
+                          + (ACTION.get(kind, "look at it") if count >= DRAIN_JOBS else "watch"),
             })
+        out.sort(key=lambda o: (-o["jobs"], o["kind"], o["key"], o["cluster"]))
         return out
 
     def job(self, job_id: str, cluster: str = "") -> dict[str, Any] | None:
