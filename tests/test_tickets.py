@@ -273,7 +273,7 @@ def _hosts(report_path: Path) -> set[str]:
 
 
 def request_log(state: FakeServices) -> list[str]:
-    keys = ("Authorization", "PRIVATE-TOKEN", "X-Atlassian-Token", "X-GitHub-Api-Version", "Content-Type")
+    keys = ("Authorization", "PRIVATE-TOKEN", "X-Atlassian-Token", "X-GitHub-Api-Version", "Accept", "Content-Type")
     out = []
     for r in state.log:
         h = []
@@ -383,6 +383,9 @@ def test_gitlab_uploads_then_links_and_comments(server: Any, report_json: Path, 
     assert state.gl_issues[0]["labels"] == ["crashscope", f"crashscope:{fp}"]
     names = [u["alt"] for u in state.gl_uploads]
     assert "crashscope-report.json" in names and "crashscope-report.md" in names
+    from crashscope.report.render import RENDERERS
+
+    assert ("crashscope-report.html" in names) == ("html" in RENDERERS)  # HTML rides along where the view exists
     up_json = next(u for u in state.gl_uploads if u["alt"] == "crashscope-report.json")
     assert json.loads(up_json["bytes"])["fingerprint"] == fp
     assert up_json["markdown"] in state.gl_issues[0]["description"]  # the upload is linked from the issue
@@ -410,6 +413,11 @@ def test_jira_create_comment_and_multipart_attachment(server: Any, report_json: 
     assert len(state.jira_comments["OPS-1"]) == 1
     att = state.jira_attachments["OPS-1"]
     assert {x["filename"] for x in att} >= {"crashscope-report.json", "crashscope-report.md"} and len(att) >= 4  # both runs attach
+    html_parts = [x for x in att if x["filename"] == "crashscope-report.html"]
+    if html_parts:
+        assert html_parts[0]["type"] == "text/html" and b"<html" in html_parts[0]["bytes"].lower()
+        for h in _hosts(report_json):
+            assert h.encode() not in html_parts[0]["bytes"]  # the attached HTML is the redacted one
     posts = [r for r in state.log if r["path"].endswith("/attachments")]
     assert posts and all(r["headers"].get("X-Atlassian-Token") == "no-check" for r in posts)
     assert all(r["headers"]["Content-Type"].startswith("multipart/form-data; boundary=") for r in posts)
