@@ -163,6 +163,7 @@ def register(app: typer.Typer) -> None:
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the report with the verdict here (.json/.md/.txt)"),
         results: Optional[Path] = typer.Option(None, "--results", help="folder for the workers' files (srun: on a file system all nodes see)"),
         port: int = typer.Option(0, "--port", min=0, max=65535, help="rendezvous port (default: a free one)"),
+        master_addr: Optional[str] = typer.Option(None, "--master-addr", help="srun: rendezvous address (default: the first node's name)"),
     ) -> None:
         """Re-run the suspect collective on the implicated nodes and name the bad node or link.
 
@@ -230,7 +231,8 @@ def register(app: typer.Typer) -> None:
             else:
                 backend = "nccl" if 0 < plan.world <= _gpu_count() else "gloo"
         settings = Settings(launcher=launcher, backend=backend, iters=iters, warmup=warmup, timeout=timeout, sweep=_sweep(sweep),
-                            inject=injects, slow_factor=slow_factor, min_busbw=min_busbw, results=results, port=port)
+                            inject=injects, slow_factor=slow_factor, min_busbw=min_busbw, results=results, port=port,
+                            master_addr=master_addr)
         never_inside = [p for p in (jobdir, report_file if not update_report else None) if p is not None]
         sink = None
         if output is not None:
@@ -241,7 +243,7 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             g = Group(op=plan.op, sizes=sweep_sizes(plan.bytes, settings.sweep), dtype=plan.dtype, unit_ids=list(range(len(plan.units))),
                       unit_names=list(plan.units), per_unit=plan.per_unit, iters=iters, warmup=warmup, timeout=timeout, backend=backend,
-                      launcher=launcher, inject=injects, env=dict(plan.nccl_env), port=port or free_port())
+                      launcher=launcher, inject=injects, env=dict(plan.nccl_env), port=port or free_port(), master=master_addr)
             res_dir = str(results or "<results>/run01")
             cmds = commands(g, res_dir)
             if sink is not None:

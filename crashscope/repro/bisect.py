@@ -45,6 +45,7 @@ class Settings:
     min_busbw: float | None = None  # GB/s: below is slow
     results: Path | None = None
     port: int = 0
+    master_addr: str | None = None
 
 
 def sweep_sizes(nbytes: int, factors: list[float]) -> list[int]:
@@ -68,7 +69,7 @@ class Isolation:
         p, s = self.plan, self.s
         return Group(op=p.op, sizes=sizes, dtype=p.dtype, unit_ids=ids, unit_names=[p.units[i] for i in ids], per_unit=p.per_unit,
                      iters=s.iters, warmup=s.warmup, timeout=s.timeout, backend=s.backend, launcher=s.launcher, inject=list(s.inject),
-                     env=dict(p.nccl_env), port=s.port, slow_skew=s.slow_skew, slow_factor=s.slow_factor)
+                     env=dict(p.nccl_env), port=s.port, slow_skew=s.slow_skew, slow_factor=s.slow_factor, master=s.master_addr)
 
     def run(self, ids: list[int], purpose: str, sizes: list[int] | None = None) -> dict[str, Any]:
         ids = sorted(ids)

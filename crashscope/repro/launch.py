@@ -66,6 +66,7 @@ class Group:
     slow_skew: float = 0.05
     slow_factor: float = 4.0
     python: str = sys.executable
+    master: str | None = None  # srun: the rendezvous host when the first node's name does not resolve
 
     @property
     def world(self) -> int:
@@ -73,7 +74,9 @@ class Group:
 
     @property
     def master_addr(self) -> str:
-        return self.unit_names[0] if self.launcher == "srun" else "127.0.0.1"
+        if self.launcher != "srun":
+            return "127.0.0.1"
+        return self.master or self.unit_names[0]
 
 
 @dataclass

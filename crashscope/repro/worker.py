@@ -62,6 +62,7 @@ def _identity(a: argparse.Namespace) -> dict[str, Any]:
         local = int(env.get("LOCAL_RANK", rank))  # the device index on this host
         slot = rank % a.per_unit
         position = rank // a.per_unit
+        via = "env"
     elif "SLURM_PROCID" in env:
         rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
         local = slot = int(env.get("SLURM_LOCALID", 0))
@@ -69,12 +70,13 @@ def _identity(a: argparse.Namespace) -> dict[str, Any]:
         node = env.get("SLURMD_NODENAME", "")
         # srun orders tasks by its own node order, not ours: find the unit by node name
         position = names.index(node) if node in names else rank // a.per_unit
+        via = f"slurm:{node}"
     else:
         raise SystemExit("worker: no RANK/WORLD_SIZE or SLURM_PROCID in the environment")
     ids = [int(x) for x in a.unit_ids.split(",")]
     unit = ids[position]
     return {"rank": rank, "world": world, "local_rank": local, "unit": unit,
-            "orig_rank": unit * a.per_unit + slot, "host": socket.gethostname(), "pid": os.getpid()}
+            "orig_rank": unit * a.per_unit + slot, "via": via, "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _injection(a: argparse.Namespace, orig_rank: int) -> tuple[str | None, float]:
