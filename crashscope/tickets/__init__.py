@@ -163,7 +163,7 @@ def _http_for(settings: TicketSettings) -> tuple[Http, str]:
     env = _env(settings)
     to = settings.to
     token_env = settings.token_env or DEFAULT_TOKEN_ENV.get(to, "")
-    common = {"timeout_s": settings.timeout_s, "retries": settings.retries, "backoff_s": settings.backoff_s, "sleep": settings.sleep}
+    common: dict[str, Any] = {"timeout_s": settings.timeout_s, "retries": settings.retries, "backoff_s": settings.backoff_s, "sleep": settings.sleep}
     if to == "github":
         token = _need(env, token_env, to)
         return Http("GitHub", headers={"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
