@@ -502,3 +502,14 @@ def test_webhook_queue_holds_no_url(report_json: Path, tmp_path: Path) -> None:
     assert res.action == "queued"
     (q,) = queued(tmp_path / "reports")
     assert WEBHOOK_PATH not in q.read_text() and str(port) not in q.read_text()
+
+
+def test_file_ticket_takes_the_config_as_the_epilog_does(server: Any, report_json: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crashscope.config import parse_config
+
+    base, state = server
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    cfg = parse_config(f'reports_dir = "{tmp_path}"\n[ticket]\nto = "gitlab"\nproject = "group/cluster"\napi_url = "{base}/gitlab/api/v4"\n')
+    res = file_ticket(_report(report_json), cfg)
+    assert res.action == "created" and len(state.gl_issues) == 1

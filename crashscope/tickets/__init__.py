@@ -226,12 +226,19 @@ def send(ticket: Ticket, settings: TicketSettings) -> TicketResult:
                         requests=http.requests, waits=list(http.waits))
 
 
-def file_ticket(report: Any, settings: TicketSettings) -> TicketResult:
+def file_ticket(report: Any, settings: TicketSettings | Any) -> TicketResult:
     """Open (or comment on) the ticket for ``report``; queue it when the service is down.
 
     Raises :class:`crashscope.errors.UsageError` for missing options or credentials,
     :class:`~crashscope.errors.TicketAuthError` (401/403), :class:`~crashscope.errors.TicketNotFound`
-    (404), :class:`~crashscope.errors.TicketRejected` (other 4xx)."""
+    (404), :class:`~crashscope.errors.TicketRejected` (other 4xx).
+
+    ``settings`` may also be a :class:`crashscope.config.Config` (the epilog's call): its
+    ``[ticket]`` table then applies, with short timeouts and one retry, so a service that is
+    down queues the ticket well within the epilog's budget."""
+    if not isinstance(settings, TicketSettings):
+        budget = float(getattr(settings, "budget_s", 20.0) or 20.0)
+        settings = TicketSettings.from_config(settings, timeout_s=max(1.0, min(10.0, budget / 4)), retries=1)
     _check(settings)
     _http_for(settings)  # credentials present? (fails before any work)
     red, fp, counts = prepare(report, settings)
