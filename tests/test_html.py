@@ -257,6 +257,8 @@ def test_a_report_without_anything_renders() -> None:
                first_failure={"time": "garbage"}, activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": {"h": "not a dict"}},
                layers=["x", {"layer": None}], history=[1, {"a": None}], symptoms=[None, {"first": "x"}])
     check_inert(render_html(r))
+    odd = Report.from_dict({"job": [], "implicated": "x", "activity": 3, "clock": None, "coverage": {"hosts": {"h": "x"}}, "cause": "oom"})
+    check_inert(render_html(odd))
 
 
 def test_huge_values_are_cut() -> None:

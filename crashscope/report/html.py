@@ -212,14 +212,16 @@ def _hosts(r: Report) -> dict[str, Any]:
     """The per-host table: one row per node; a cell whose value differs from most hosts'
     (a version, the GPU count) is marked odd, and so is a row with Xids, a slowdown, an
     early last activity or a place in the culprit."""
-    act = (r.activity or {}).get("hosts") or {}
-    cov = (r.coverage or {}).get("hosts") or {}
+    act_raw = (r.activity or {}).get("hosts") if isinstance(r.activity, dict) else None
+    cov_raw = (r.coverage or {}).get("hosts") if isinstance(r.coverage, dict) else None
+    act: dict[str, Any] = act_raw if isinstance(act_raw, dict) else {}
+    cov: dict[str, Any] = {str(k): v for k, v in cov_raw.items() if isinstance(v, dict)} if isinstance(cov_raw, dict) else {}
     names = [str(n) for n in (r.job or {}).get("nodes") or [] if _known(n)]
     names += [str(n) for n in list(act) + list(cov) if _known(n) and str(n) not in names]
     names = sorted(set(names))[:MAX_HOST_ROWS]
     implicated = {str(n) for n in (r.implicated or {}).get("nodes") or []}
-    facts = {n: act.get(n) if isinstance(act.get(n), dict) else {} for n in names}
-    versions = {n: (f.get("versions") if isinstance(f.get("versions"), dict) else {}) for n, f in facts.items()}
+    facts: dict[str, dict[str, Any]] = {n: a if isinstance(a := act.get(n), dict) else {} for n in names}
+    versions: dict[str, dict[str, Any]] = {n: v if isinstance(v := f.get("versions"), dict) else {} for n, f in facts.items()}
     components = [c for c in KEY_COMPONENTS if any(c in v for v in versions.values())]
 
     def majority(values: list[Any], others: list[Any] | None = None) -> Any:
@@ -477,8 +479,13 @@ def _environment() -> Any:
 
 def render_html(report: Report, **_: Any) -> str:
     """The report as one self-contained HTML page (see the module doc)."""
-    r = report
+    import dataclasses
+
     from crashscope import __version__
+
+    # A report read from a file may hold anything: the mappings the view walks are mappings.
+    r = dataclasses.replace(report, **{k: {} for k in ("job", "implicated", "activity", "clock", "coverage", "analysis")
+                                       if not isinstance(getattr(report, k), dict)})
 
     window = crash_window(r)
     zoom = timeline_picture(r, window=window) if window else None
