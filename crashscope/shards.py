@@ -6,7 +6,7 @@ Layout (``<spool_dir>/<jobid>/``)::
                               enumerated columns stored as strings so a newer crashscope's
                               vocabulary never breaks an older reader (unknown values drop)
     n1.shard/shard.json       {"format": "crashscope-shard/1", "node", "job_id", "created",
-                               "seconds", "coverage": {"files": [...FileRecord fields]},
+                               "seconds", "job_files" (it holds the job's stdout/stderr), "coverage": {"files": [...FileRecord fields]},
                                "warnings": [...], "events": N}
     _job.shard/               the job's stdout/stderr and scheduler record (made by the merge)
 
@@ -65,7 +65,7 @@ def from_storage(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 
 def write_shard(job_dir: Path, name: str, events: pl.DataFrame, *, node: str | None, job_id: str,
-                files: list[dict[str, Any]], warnings: list[str], seconds: float) -> Path:
+                files: list[dict[str, Any]], warnings: list[str], seconds: float, job_files: bool = False) -> Path:
     """Write ``<job_dir>/<name>.shard`` atomically (a temporary directory renamed into place)."""
     job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = job_dir / f"{name}{SUFFIX}"
@@ -76,7 +76,7 @@ def write_shard(job_dir: Path, name: str, events: pl.DataFrame, *, node: str | N
     try:
         to_storage(events).write_parquet(tmp / EVENTS, compression="zstd")
         meta = {"format": FORMAT, "node": node, "job_id": job_id, "created": time.time(), "seconds": round(seconds, 3),
-                "events": events.height, "coverage": {"files": files}, "warnings": warnings[:1000]}
+                "events": events.height, "job_files": job_files, "coverage": {"files": files}, "warnings": warnings[:1000]}
         (tmp / META).write_text(json.dumps(meta, default=str))
         if final.exists():
             old = job_dir / f".{name}{SUFFIX}.{os.getpid()}.old"
@@ -103,6 +103,14 @@ class Spool:
         first = rel.split("/", 1)[0]
         # shard folders, their temporaries, the merge lock and the epilog's own log
         return first.endswith(SUFFIX) or first.startswith(".") or rel in (META, EVENTS, "epilog.log")
+
+
+def shard_meta(d: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(_read_bounded(d / META, MAX_META_BYTES))
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def shard_dirs(root: Path) -> list[Path]:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_cluster import slurm_cluster  # noqa: F401  (session fixture: a throw-away real Slurm, tests/slurm_cluster.py)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

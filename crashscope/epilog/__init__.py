@@ -132,30 +132,38 @@ def _work(config, cfg_warnings, controller, env, deadline, spool):  # type: igno
     t0 = time.monotonic()
     job = job_info(env, max(1.0, min(10.0, left() * 0.25)))
     role = "controller" if controller else (job.node or env.get("SLURMD_NODENAME") or "node")
-    line = f"{time.time():.3f} job={job.job_id} {role} outcome={job.outcome} state={job.state} reason={job.reason} exit={job.exit_code}:{job.signal}"
+    seen = " ".join(f"{k}={job.scontrol[k]}" for k in ("JobState", "Reason", "ExitCode", "DerivedExitCode", "PreemptTime", "EndTime") if k in job.scontrol)
+    line = (f"{time.time():.3f} job={job.job_id} {role} outcome={job.outcome} exit={job.exit_code}:{job.signal} "
+            f"env_exit={env.get('SLURM_JOB_EXIT_CODE2') or env.get('SLURM_JOB_EXIT_CODE')} scontrol[{seen}]")
     if not safe_job_id(job.job_id) or (not controller and not safe_node_name(job.node or os.uname().nodename.split(".")[0])):
         _log(spool, line + " -> job id or node name unusable as a file name: nothing done")
         return
     if not job.failed and not config.on_success:
         _log(spool, line + " -> nothing to do")
         return
-    from crashscope.epilog.merge import log_roots, merge, start_job_reader, wait_for_shards
+    from crashscope.epilog.merge import log_roots, merge, wait_for_shards
     from crashscope.shards import shard_dirs
 
     job_dir = config.spool_dir / job.job_id
     result = None
     if controller:
-        reader = start_job_reader(job, config, left() * 0.6)  # the job's stdout is read while the nodes work
-        missing = wait_for_shards(job_dir, job.nodes, time.monotonic() + left() * 0.5)
-        result = merge(job, config, left(), extra_warnings=cfg_warnings, reader=reader)
+        reserve = max(6.0, 0.4 * config.budget_s)  # for the merge itself
+        missing = wait_for_shards(job_dir, job.nodes, time.monotonic() + max(0.0, left() - reserve))
+        result = merge(job, config, left(), extra_warnings=cfg_warnings)
         line += f" waited for {len(job.nodes) - len(missing)}/{len(job.nodes)} shards"
+        if result is None:
+            line += ", another merger holds the lock"
     else:
         node = job.node or os.uname().nodename.split(".")[0]
+        from crashscope.epilog.merge import job_roots
         from crashscope.epilog.node import build_shard
 
-        build_shard(job, node, config, left() * 0.55, log_roots(config, job, node))
+        batch_host = job.batch_host or (job.nodes[0] if job.nodes else node)
+        roots = log_roots(config, job, node) + (job_roots(job, config) if node == batch_host else [])
+        build_shard(job, node, config, left() * 0.8, roots, job_files=node == batch_host)
         have = {d.name[:-6] for d in shard_dirs(job_dir)}
-        if job.nodes and all(n in have for n in job.nodes):  # the last node to finish merges
+        # the last node to finish merges when it has the time (else the controller or `collect` does)
+        if job.nodes and all(n in have for n in job.nodes) and left() > 0.5 * config.budget_s:
             result = merge(job, config, left(), extra_warnings=cfg_warnings)
     if result is not None:
         line += f" merged cause={result.report.cause} written={len(result.written)} {' '.join(result.warnings)[:400]}"

@@ -98,24 +98,38 @@ def wait_for_shards(job_dir: Path, nodes: list[str], deadline: float) -> list[st
         time.sleep(0.2)
 
 
-def take_lock(job_dir: Path, stale_s: float) -> bool:
+def take_lock(job_dir: Path, hold_s: float) -> bool:
+    """The merge lock (``O_EXCL``), held for ``hold_s`` seconds at most: a holder killed at
+    its budget leaves a lock that expires, and the next merger takes it over."""
     job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = job_dir / LOCK
     for _ in range(2):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+            os.write(fd, f"{os.getpid()} {time.time() + hold_s:.0f}\n".encode())
             os.close(fd)
             return True
         except FileExistsError:
             try:
-                if time.time() - os.lstat(path).st_mtime > stale_s:
+                with open(path, "rb") as fh:
+                    expires = float(fh.read(100).split()[1])
+            except (OSError, ValueError, IndexError):
+                expires = os.lstat(path).st_mtime + hold_s
+            if time.time() > expires:
+                try:
                     os.unlink(path)
-                    continue
-            except OSError:
-                pass
+                except OSError:
+                    pass
+                continue
             return False
     return False
+
+
+def release_lock(job_dir: Path) -> None:
+    try:
+        os.unlink(job_dir / LOCK)
+    except OSError:
+        pass
 
 
 def job_roots(job: JobInfo, config: Any) -> list[dict[str, Any]]:
@@ -138,9 +152,18 @@ def build_job_shard(job: JobInfo, config: Any, job_dir: Path, timeout: float, re
     from crashscope.shards import file_records, write_shard
     from crashscope.sources.base import ParseOptions
 
+    from crashscope.shards import shard_dirs, shard_meta
+
     t0 = time.monotonic()
-    reader = reader or start_job_reader(job, config, max(1.0, timeout * 0.8))
-    ev, files, warnings = reader.result()
+    if any(shard_meta(d).get("job_files") for d in shard_dirs(job_dir) if d.name != f"{JOB_SHARD}.shard"):
+        # the batch host's shard has the job's stdout/stderr already: no reader of our own
+        if reader is not None and reader.proc is not None:
+            reader.proc.kill()
+            reader.proc.communicate()
+        ev, files, warnings = pl.DataFrame(schema=EVENT_SCHEMA), [], []
+    else:
+        reader = reader or start_job_reader(job, config, max(1.0, timeout * 0.8))
+        ev, files, warnings = reader.result()
     frames = [ev] if ev.height else []
     rec = scheduler_record(job)
     if rec is not None:
@@ -236,7 +259,7 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
     t0 = time.monotonic()
     left = lambda: timeout - (time.monotonic() - t0)  # noqa: E731
     job_dir = Path(config.spool_dir) / job.job_id
-    if not force and not take_lock(job_dir, stale_s=max(60.0, 3 * config.budget_s)):
+    if not force and not take_lock(job_dir, hold_s=timeout):
         return None
     warnings = list(extra_warnings or [])
     warnings += build_job_shard(job, config, job_dir, left() * 0.35, reader)
@@ -264,6 +287,8 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
     if config.copy_to_workdir:
         result.warnings += write_workdir_as_user(job, texts, max(0.5, left()))
     result.seconds = time.monotonic() - t0
+    if not force:
+        release_lock(job_dir)
     return result
 
 

@@ -135,8 +135,11 @@ def collect_node_files(job: JobInfo, node: str, timeout: float, out_dir: Path) -
     return notes
 
 
-def build_shard(job: JobInfo, node: str, config: Any, timeout: float, log_roots: list[dict[str, Any]]) -> Path:
-    """Collect, parse and write ``<spool>/<jobid>/<node>.shard``."""
+def build_shard(job: JobInfo, node: str, config: Any, timeout: float, log_roots: list[dict[str, Any]],
+                job_files: bool = False) -> Path:
+    """Collect, parse and write ``<spool>/<jobid>/<node>.shard``. ``job_files``: ``log_roots``
+    include the job's stdout/stderr (this node ran the batch script), so the merge needs no
+    reader of its own."""
     import polars as pl
 
     from crashscope.epilog.userread import Reader
@@ -182,4 +185,4 @@ def build_shard(job: JobInfo, node: str, config: Any, timeout: float, log_roots:
     if job.job_id:
         events = events.with_columns(pl.col("job_id").fill_null(job.job_id))
     return write_shard(Path(config.spool_dir) / job.job_id, node, events, node=node, job_id=job.job_id, files=files,
-                       warnings=warnings + job.notes, seconds=time.monotonic() - t0)
+                       warnings=warnings + job.notes, seconds=time.monotonic() - t0, job_files=job_files)

@@ -118,6 +118,8 @@ class JobInfo:
     preempt_time: str | None = None
     outcome: str = "unknown"  # failed | time_limit | preempted | cancelled | success | unknown
     notes: list[str] = field(default_factory=list)
+    scontrol: dict[str, str] = field(default_factory=dict)
+    batch_host: str | None = None  # the fields as read (for the epilog's log)
 
     @property
     def failed(self) -> bool:
@@ -144,6 +146,16 @@ def expand_pattern(pattern: str, job: JobInfo, array_job: str | None = None, arr
         return value.zfill(int(width)) if width and value.isdigit() else value
 
     return _PATTERN.sub(sub, pattern)
+
+
+def local_epoch(text: str) -> int | None:
+    """``%FT%T`` in this host's local time (scontrol's times) -> epoch seconds."""
+    import time
+
+    try:
+        return int(time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
 
 
 def job_from_env(env: Mapping[str, str]) -> JobInfo:
@@ -191,6 +203,15 @@ def add_scontrol(job: JobInfo, fields: dict[str, str]) -> None:
         job.exit_code, job.signal = parse_pair(fields.get("ExitCode"))
     if job.derived_exit is None:
         job.derived_exit, job.derived_signal = parse_pair(fields.get("DerivedExitCode"))
+    job.batch_host = job.batch_host or val("BatchHost")
+    for attr, key in (("start", "StartTime"), ("end", "EndTime")):
+        if getattr(job, attr) is None and val(key):
+            setattr(job, attr, local_epoch(fields[key]))
+    if job.exit_code in (None, 0) and not job.signal:
+        # during the epilog the environment can still say 0:0 where scontrol knows 0:15 (scancel)
+        e, sg = parse_pair(fields.get("ExitCode"))
+        if e or sg:
+            job.exit_code, job.signal = e, sg
     m = re.fullmatch(r"([^()\s]+)\((\d+)\)", fields.get("UserId", ""))
     if m:
         job.user = job.user or m.group(1)
@@ -258,7 +279,8 @@ def job_info(env: Mapping[str, str], deadline_s: float) -> JobInfo:
         if scontrol:
             rc, out, err = run_tool([scontrol, "show", "job", "-o", job.job_id], min(5.0, left() / 3), tool_env)
             if rc == 0 and out.strip():
-                add_scontrol(job, parse_scontrol(out))
+                job.scontrol = parse_scontrol(out)
+                add_scontrol(job, job.scontrol)
             else:
                 job.notes.append(f"scontrol show job gave nothing ({err or f'exit {rc}'})")
         else:
@@ -274,6 +296,8 @@ def job_info(env: Mapping[str, str], deadline_s: float) -> JobInfo:
         v = getattr(job, attr)
         if v:
             setattr(job, attr, expand_pattern(v, job, env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")))
+    if job.signal == 15 and job.exit_code == 0 and job.reason in (None, "None") and not job.preempt_time and not job.state:
+        job.notes.append("ExitCode 0:15 without PreemptTime: cancelled (scancel or a signal)")
     if job.stdout is None and job.work_dir:
         job.stdout = os.path.join(job.work_dir, f"slurm-{job.job_id}.out")  # sbatch's default
     job.outcome = decide(job)

@@ -190,6 +190,7 @@ class Reader:
             assert self.proc.stdin is not None
             self.proc.stdin.write(request)
             self.proc.stdin.close()
+            self.proc.stdin = None  # communicate() must not flush it again
         except (OSError, subprocess.SubprocessError) as e:
             self.refused = [f"cannot start the reader as uid {uid}: {e}"]
             if self.proc is not None:
