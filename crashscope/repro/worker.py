@@ -35,6 +35,8 @@ from typing import Any
 
 from crashscope.repro import DTYPES, OPS, canonical_dtype
 
+PROGRESS_S = 0.2
+
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m crashscope.repro.worker")
@@ -102,7 +104,15 @@ class _Files:
             json.dump(data, f)
         os.replace(tmp, path)
 
+    last: tuple[str, int | None, float] = ("", None, 0.0)
+
     def progress(self, phase: str, size: int | None = None, it: int | None = None) -> None:
+        # a new phase or size at once, else at most every PROGRESS_S: a write between timed calls
+        # makes the peers wait, and the watchdog needs a sign of life per timeout, not per call
+        now = time.monotonic()
+        if (phase, size) == self.last[:2] and now - self.last[2] < PROGRESS_S:
+            return
+        self.last = (phase, size, now)
         self._put(f"rank{self.rank}.progress", {"phase": phase, "size": size, "iter": it, "t": time.time()})
 
     def result(self, data: dict[str, Any]) -> None:
