@@ -66,7 +66,7 @@ def compute_layers(report: Report, events: pl.DataFrame, findings: Iterable[Find
         row = getattr(ctx, name)()
         if name == failed:
             row["status"] = "failed"
-            row["reason"] = f"the verdict ({report.cause}) lives here" + (f": {row['reason']}" if row.get("reason") else "")
+            row["reason"] = f"verdict {report.cause}" + (f": {row['reason']}" if row.get("reason") else "")
             cause_ev = [_item_from_report(e) for e in report.evidence if getattr(e, "role", "cause") == "cause"][:MAX_EVIDENCE]
             row["evidence"] = cause_ev or row["evidence"]
             row["settle"] = None
@@ -82,9 +82,8 @@ def compute_layers(report: Report, events: pl.DataFrame, findings: Iterable[Find
 def apply_layers(report: Report, events: pl.DataFrame, findings: Iterable[Finding] = (), hosts: Iterable[str] = ()) -> None:
     """Fill ``report.layers`` and add the NCCL-environment actions that bear on the verdict."""
     report.layers = compute_layers(report, events, findings, hosts)
-    for a in nccl_env.env_actions(events, report.cause):
-        if a not in report.actions:
-            report.actions.append(a)
+    env = [a for a in nccl_env.env_actions(events, report.cause) if a not in report.actions]
+    report.actions[:0] = env  # the setting to change, with its value, before the generic advice
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -110,6 +109,21 @@ def _attrs(r: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
+def _allocation(events: pl.DataFrame) -> list[str]:
+    """The job's nodes as Slurm allocated them (a node that left no log is still one)."""
+    nodes: set[str] = set()
+    if not events.height:
+        return []
+    for a in events.filter(pl.col("kind").cast(pl.String) == Kind.JOB_STATE.value)["attrs"].drop_nulls().to_list():
+        try:
+            v = json.loads(a).get("nodes")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(v, list) and len(v) <= 10_000:
+            nodes.update(str(x) for x in v if isinstance(x, str))
+    return sorted(nodes)
+
+
 def _ff_ns(ff: Any) -> int | None:
     if not isinstance(ff, dict) or not ff.get("time"):
         return None
@@ -130,6 +144,7 @@ class _Ctx:
         self.findings = findings
         self.kinds = events["kind"].cast(pl.String) if events.height else pl.Series([], dtype=pl.String)
         self.hosts = hosts or sorted(events["host"].drop_nulls().unique().to_list()) if events.height else hosts
+        self.hosts = sorted(set(self.hosts) | set(_allocation(events)))
         self.kernel_hosts = set(self._of(source="kernel")["host"].drop_nulls().unique().to_list())
         self.sched = self._of(source=("slurm", "sacct"))
 

@@ -83,7 +83,26 @@ def saves(events: pl.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, An
         if s["step"] is None:
             s["step"] = step
         done.append(s)
-    return done, list(open_.values())
+    return _dedupe(done), _dedupe(list(open_.values()))
+
+
+def _dedupe(ss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One save seen twice (a rank's own log and the job output that echoes it without the
+    rank): the unidentified copy goes when an identified save of that step began that second."""
+    def key(s: dict[str, Any]) -> tuple:
+        t = s["start"] if s["start"] is not None else s["end"]
+        return (s["step"], s["framework"], t // 1_000_000_000 if t is not None else None)
+
+    known = {key(s) for s in ss if s["rank"] is not None}
+    out, anon = [], set()
+    for s in ss:
+        if s["rank"] is None:
+            k = key(s)
+            if k in known or k in anon:
+                continue
+            anon.add(k)
+        out.append(s)
+    return out
 
 
 def data_wait(events: pl.DataFrame) -> dict[str, Any] | None:
@@ -137,12 +156,6 @@ def outliers(done: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     real = [s for s in done if s["duration_s"] is not None and not s["implied"]]
     out: list[tuple[dict[str, Any], str]] = []
     seen: set[int] = set()
-    if len(real) >= MIN_SAVES:
-        med = statistics.median(s["duration_s"] for s in real)
-        for s in real:
-            if s["duration_s"] >= SLOW_FACTOR * max(med, 0.001) and s["duration_s"] - med >= MIN_SLOW_S:
-                out.append((s, f"{s['duration_s']:.1f} s, {s['duration_s'] / max(med, 0.001):.0f}x the job's median save ({med:.1f} s)"))
-                seen.add(id(s))
     by_step: dict[Any, list[dict[str, Any]]] = {}
     for s in real:
         if s["step"] is not None:
@@ -155,6 +168,12 @@ def outliers(done: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
             m = statistics.median(others)
             if id(s) not in seen and s["duration_s"] >= RANK_FACTOR * max(m, 0.001) and s["duration_s"] - m >= MIN_SLOW_S:
                 out.append((s, f"{s['duration_s']:.1f} s on rank {s['rank']} while the other ranks' save of step {step} took {m:.1f} s"))
+                seen.add(id(s))
+    if len(real) >= MIN_SAVES:
+        med = statistics.median(s["duration_s"] for s in real)
+        for s in real:
+            if id(s) not in seen and s["duration_s"] >= SLOW_FACTOR * max(med, 0.001) and s["duration_s"] - med >= MIN_SLOW_S:
+                out.append((s, f"{s['duration_s']:.1f} s, {s['duration_s'] / max(med, 0.001):.0f}x the job's median save ({med:.1f} s)"))
                 seen.add(id(s))
     return out
 

@@ -190,6 +190,12 @@ def _repro_lines(r: Any, esc: Callable[..., str]) -> list[str]:
 # --- terminal ------------------------------------------------------------------------------
 
 
+def _layer_loc(row: dict[str, Any]) -> str:
+    ev = row.get("evidence") or []
+    first = ev[0] if ev and isinstance(ev[0], dict) else {}
+    return _loc(first.get("file"), first.get("line"))
+
+
 def clamp_width(width: int | None) -> int:
     """The terminal view's width: ``width`` if given, else the terminal's (``COLUMNS`` or the
     tty size, else :data:`DEFAULT_WIDTH`), bounded to ``MIN_WIDTH..MAX_WIDTH``."""
@@ -332,6 +338,19 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
             nodes = ", ".join(_t(n) for n in c.get("nodes") or [] if _known(n))
             loc = _loc(c.get("file"), c.get("line"))
             bullet(f"{_t(c.get('cause'))}: {_t(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({loc})" if loc else ""))
+    if report.layers:
+        line(("Layers", "bold"))
+        for row in report.layers:
+            if not isinstance(row, dict):
+                continue
+            status = _t(row.get("status"))
+            loc = _layer_loc(row)
+            line(f"  {_t(row.get('layer'), 12):<11} ", (f"{status:<8}", "bold red" if status == "failed" else "bold" if status == "suspect" else ""),
+                 " ", _t(row.get("reason"), msg_limit), (f"  ({loc})" if loc else "", "dim"), wrap=full)
+            if full and _known(row.get("settle")):
+                line(("settle: ", "dim"), _t(row.get("settle"), 1000), indent=25, wrap=True)
+        if not full and any(isinstance(r, dict) and _known(r.get("settle")) for r in report.layers):
+            hidden.append("what would settle each layer")
     if report.actions:
         line(("Recommended actions", "bold"))
         for a in capped("actions", list(report.actions)):
@@ -418,6 +437,13 @@ def render_markdown(report: Report, **_: Any) -> str:
             nodes = ", ".join(_mdt(n) for n in c.get("nodes") or [] if _known(n))
             loc = _loc(c.get("file"), c.get("line"))
             out.append(f"- {_mdc(c.get('cause'))}: {_mdt(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({_mdc(loc)})" if loc else ""))
+    if report.layers:
+        out += ["", "## Layers", "", "| layer | status | reason | evidence | to settle |", "|---|---|---|---|---|"]
+        for row in report.layers:
+            if isinstance(row, dict):
+                loc = _layer_loc(row)
+                out.append(f"| {_mdt(row.get('title') or row.get('layer'))} | {_mdt(row.get('status'))} | {_mdt(row.get('reason'), 400)} | "
+                           f"{_mdc(loc, table=True) if loc else ''} | {_mdt(row.get('settle'), 400) if _known(row.get('settle')) else ''} |")
     if report.actions:
         out += ["", "## Recommended actions", ""] + [f"- {_mdt(a, 1000)}" for a in report.actions]
     if report.missing:

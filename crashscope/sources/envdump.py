@@ -26,9 +26,11 @@ Events: net_config, one per kept key, attrs ``transport`` "env", ``setting`` (th
 ``value`` (unquoted), ``origin`` "envdump" — the same shape as NCCL's own
 ``NCCL_IB_TIMEOUT set by environment to 22.`` lines (``sources/nccl.py``), so the
 NCCL-environment analysis reads both alike. Rank: the dump's own ``RANK`` (torchrun sets
-it per worker), else the ``srun --label`` task with ``SLURM_PROCID``, else the file name
+it per worker), else ``SLURM_PROCID`` where no torchrun key says one task runs many ranks,
+else the file name
 (``rank3.env``); host: the dump's ``SLURMD_NODENAME``, else the file's host hint. A dump is
-the run of env lines of one file up to a key seen twice or a gap of ``BLOCK_GAP`` lines.
+the run of env lines of one file (of one ``srun --label`` task) up to a key seen twice or a
+gap of ``BLOCK_GAP`` lines.
 """
 
 from __future__ import annotations
@@ -109,11 +111,11 @@ class EnvdumpSource(LineSource):
 
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         dumps: list[_Dump] = []
-        cur = _Dump()
+        open_: dict[int | None, _Dump] = {}  # per srun task: interleaved tasks' dumps stay apart
 
         def on_line(n: int, raw: str) -> None:
-            nonlocal cur
             pre, text = split_prefix(raw)
+            cur = open_.setdefault(pre.task, _Dump())
             m = _LINE.match(text)
             if m is None:
                 return
@@ -122,7 +124,7 @@ class EnvdumpSource(LineSource):
             value = _unquote_dq(value) if value is not None else (m.group("sq") if m.group("sq") is not None else m.group("raw"))
             if cur.rows and (key in cur.keys or n - cur.last > BLOCK_GAP):
                 dumps.append(cur)
-                cur = _Dump()
+                cur = open_[pre.task] = _Dump()
             cur.last = n
             if not kept(key):
                 return
@@ -134,7 +136,8 @@ class EnvdumpSource(LineSource):
             cur.rows.append((n, key, value[:MAX_VALUE_CHARS], pre.task))
 
         feed_guarded(ctx, lines, on_line)
-        dumps.append(cur)
+        dumps.extend(open_.values())
+        dumps.sort(key=lambda d: d.rows[0][0] if d.rows else 0)
         for d in dumps:
             self._emit(d, ctx)
 
@@ -144,7 +147,7 @@ class EnvdumpSource(LineSource):
             return
         env = {k: v for _, k, v, _ in d.rows}
         rank = _int(env.get("RANK"))
-        if rank is None and not any(k.startswith("TORCHELASTIC_") for k in env) and d.rows[0][3] is not None:
+        if rank is None and not any(k.startswith("TORCHELASTIC_") or k == "LOCAL_RANK" for k in env):
             rank = _int(env.get("SLURM_PROCID"))  # one task per rank (srun without torchrun)
         host = env.get("SLURMD_NODENAME")
         for n, key, value, task in d.rows:
