@@ -41,6 +41,7 @@ What is never changed: numbers, booleans, and the loopback/unspecified addresses
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -121,6 +122,8 @@ _HOSTLIST = regex.compile(r"(?<![A-Za-z0-9.-])([A-Za-z][A-Za-z0-9-]*)\[([0-9,\-\
 _IPV4 = regex.compile(r"(?<![0-9.=v-])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![0-9]|\.\d)")
 _IPV6_CANDIDATE = regex.compile(r"(?<![A-Za-z0-9:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|(?:\d{1,3}\.){3}\d{1,3})(?:%[A-Za-z0-9_.]+)?(?![A-Za-z0-9:])")
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::", "255.255.255.255"})
+# strings that cannot hold anything to redact: ISO stamps, numbers, hex ids
+_PLAIN = regex.compile(r"\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?|[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|0x[0-9a-fA-F]+")
 _HOST_END = frozenset(["", " ", "\t", ":", "/", ",", ";", ")", ">", "<", "]", '"', "'", "|", "\n"])
 _FILE_EXTS = frozenset({"log", "txt", "out", "err", "json", "csv", "gz", "zst", "xz", "bz2", "tar", "md", "html", "yaml", "yml", "toml", "py", "sh", "pt", "bin"})
 _HOST_FIELDS = frozenset({"node", "nodes", "host", "hosts", "hostname", "hostnames", "culprit_node", "batch_host", "nodelist"})
@@ -266,14 +269,14 @@ class Redactor:
     def add_secret(self, v: str) -> str:
         p = self._placeholder("secret", v)
         # only values long enough not to be an ordinary word are replaced everywhere
-        if len(v) >= 8:
+        if len(v) >= 8 and v not in self._secrets:
             self._secrets[v] = p
             self._secret_re = None
         return p
 
     def learn(self, text: str) -> None:
         """Collect users, hosts and secret values a string shows in context."""
-        if not text:
+        if not text or _PLAIN.fullmatch(text):
             return
         for m in _HOME.finditer(text):
             self.add_user(m.group(1) or m.group(2) or "")
@@ -329,7 +332,7 @@ class Redactor:
         return self.add_secret(m.group(0))
 
     def redact(self, text: str) -> str:
-        if not text or not isinstance(text, str):
+        if not text or not isinstance(text, str) or _PLAIN.fullmatch(text):
             return text
         self._compile()
         s = text
@@ -449,6 +452,8 @@ def known_hosts(data: Any) -> list[str]:
                 add(x)
 
     def walk(obj: Any, key: str | None = None) -> None:
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
         if isinstance(obj, dict):
             for k, v in obj.items():
                 if k == "hosts" and isinstance(v, dict):
@@ -487,20 +492,32 @@ def redact_report(report: Any, redactor: Redactor | None = None, *, extra: Itera
     views of an earlier report that will be sent along)."""
     from crashscope.report.safe import map_strings
 
-    d = report.to_dict()
-    r = redactor or Redactor(hosts=known_hosts(d))
+    hosts = known_hosts(report)
+    r = redactor or Redactor(hosts=hosts)
     if redactor is not None:
-        for h in known_hosts(d):
+        for h in hosts:
             r.add_host(h)
-    strings: list[str] = []
-    _strings(d, strings)
-    strings.extend(extra)
+    strings: dict[str, None] = {}
+
+    def collect(s: str) -> str:
+        strings[s] = None
+        return s
+
+    map_strings(report, collect, keys=True)
+    for s in extra:
+        strings[s] = None
     for s in strings:
         r.learn(s)
     keep = _kept_values(report)
+    done: dict[str, str] = {}
 
     def fn(s: str) -> str:
-        return s if s in keep else r.redact(s)
+        if s in keep:
+            return s
+        out = done.get(s)
+        if out is None:
+            out = done[s] = r.redact(s)
+        return out
 
     # keys too: the per-host coverage table is keyed by host name
     red = map_strings(report, fn, keys=True)
@@ -521,7 +538,7 @@ def _kept_values(report: Any) -> set[str]:
         if isinstance(a, dict) and isinstance(a.get("cause"), str):
             keep.add(a["cause"])
     # the field names of the report itself (map_strings also sees dict keys)
-    keep.update(report.to_dict().keys())
+    keep.update(f.name for f in dataclasses.fields(report))
     return keep
 
 
