@@ -157,6 +157,22 @@ def test_evidence_shows_the_lines_around_it() -> None:
         assert " ".join(c["text"].split())[:100] in text
 
 
+def test_evidence_context_inside_an_archive_and_of_a_single_file(tmp_path: Path) -> None:
+    import tarfile
+
+    from crashscope.analyze import analyze
+
+    job = ROOT / "fixtures" / "jobs" / "sample_fabric_timeout"
+    with tarfile.open(tmp_path / "logs.tar.gz", "w:gz") as tar:
+        tar.add(job, arcname="job")
+    report, _, _ = analyze(tmp_path / "logs.tar.gz")
+    ev = next(e for e in report.evidence if e.rule == "kernel-mlx5-link-down")
+    assert ev.file == "logs.tar.gz!job/nodes/node001/journal-kernel-iso.log"
+    assert [c["text"] for c in ev.context] == (job / "nodes/node001/journal-kernel-iso.log").read_text().splitlines()[ev.line - 4:ev.line + 3]
+    report, _, _ = analyze(job / "slurm-9491422.out")
+    assert report.evidence and all(len(e.context) == 7 for e in report.evidence)
+
+
 def test_the_odd_host_is_highlighted() -> None:
     report = golden("driver_drift_cuda_node002")
     page = render_html(report)
