@@ -42,6 +42,7 @@ What is never changed: numbers, booleans, and the loopback/unspecified addresses
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import json
 import os
@@ -129,6 +130,7 @@ _FILE_EXTS = frozenset({"log", "txt", "out", "err", "json", "csv", "gz", "zst", 
 _HOST_FIELDS = frozenset({"node", "nodes", "host", "hosts", "hostname", "hostnames", "culprit_node", "batch_host", "nodelist"})
 
 
+@functools.lru_cache(maxsize=4096)
 def _key_is_secret(key: str, sep: str = "=") -> bool:
     k = key.lstrip("-").strip("\"'")
     low = k.lower()

@@ -265,3 +265,14 @@ def test_redactor_units() -> None:
     assert c == texts[2]  # a commit hash, loopback addresses and a version stay
     assert r.redact("10.0.0.7:29500 and 10.0.0.7") == "ip-1:29500 and ip-1"
     assert known_hosts({"job": {"nodes": ["n[1-2]"]}, "evidence": [{"node": "x9"}], "coverage": {"hosts": {"z1": {}}}}) == ["n1", "n2", "x9", "z1"]
+
+
+def test_hostile_strings_cost_little() -> None:
+    import time
+
+    r = Redactor(hosts=["node001"])
+    t0 = time.monotonic()
+    for s in ["a" * 20000, "A1" * 10000, "node001." * 3000, "x=1 " * 5000, "--k " * 5000, ":" * 20000, "/home/" * 3000]:
+        r.learn(s)
+        r.redact(s)
+    assert time.monotonic() - t0 < 10

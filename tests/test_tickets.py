@@ -60,6 +60,7 @@ class FakeServices:
         self.jira_comments: dict[str, list[str]] = {}
         self.jira_attachments: dict[str, list[dict[str, Any]]] = {}
         self.webhook: list[dict[str, Any]] = []
+        self.jira_data_center = False  # no enhanced search: /rest/api/2/search only
         self.lock = threading.Lock()
 
 
@@ -192,7 +193,9 @@ def _handler(state: FakeServices, base: list[str]) -> type[BaseHTTPRequestHandle
             want = "Basic " + base64.b64encode(f"{JIRA_USER}:{JIRA_TOKEN}".encode()).decode()
             if self.headers.get("Authorization") != want:
                 return self._send(401, {"errorMessages": ["You are not authenticated."]})
-            if path == "search/jql" and method == "GET":
+            if path == "search/jql" and state.jira_data_center:
+                return self._send(404, {"errorMessages": ["null for uri: /rest/api/2/search/jql"]})
+            if (path == "search/jql" or (path == "search" and state.jira_data_center)) and method == "GET":
                 jql = q.get("jql", "")
                 hits = [i for i in state.jira_issues if f'labels = "{i["fields"]["labels"][1]}"' in jql and f'project = "{i["fields"]["project"]["key"]}"' in jql]
                 return self._send(200, {"issues": [{"id": i["id"], "key": i["key"]} for i in hits][:1], "isLast": True})
@@ -513,3 +516,15 @@ def test_file_ticket_takes_the_config_as_the_epilog_does(server: Any, report_jso
     cfg = parse_config(f'reports_dir = "{tmp_path}"\n[ticket]\nto = "gitlab"\nproject = "group/cluster"\napi_url = "{base}/gitlab/api/v4"\n')
     res = file_ticket(_report(report_json), cfg)
     assert res.action == "created" and len(state.gl_issues) == 1
+
+
+def test_jira_data_center_falls_back_to_the_classic_search(server: Any, report_json: Path, tmp_path: Path) -> None:
+    base, state = server
+    state.jira_data_center = True
+    env = {**ENV, "JIRA_URL": f"{base}/jira"}
+    s = _settings(tmp_path, to="jira", project="OPS")
+    s.env = env
+    assert file_ticket(_report(report_json), s).action == "created"
+    assert file_ticket(_report(report_json), s).action == "commented"
+    paths = [r["path"] for r in state.log if r["method"] == "GET"]
+    assert paths == ["/jira/rest/api/2/search/jql", "/jira/rest/api/2/search"] * 2
