@@ -523,7 +523,15 @@ class Culprit:
 
 
 def _cut(v: Any, n: int) -> str:
+    """``v`` as text any database stores: NUL (PostgreSQL refuses it) and lone surrogates
+    (a surrogate-escaped file name; no UTF-8 for them) as backslash escapes, cut to ``n``."""
     s = "" if v is None else str(v)
+    if "\x00" in s:
+        s = s.replace("\x00", "\\x00")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
     return s[:n]
 
 
@@ -587,7 +595,7 @@ def job_row(report: Any, *, report_path: str | Path | None = "", now: datetime |
         "cause": _cut(report.cause or "unknown", CAUSE_LEN),
         "confidence": float(report.confidence or 0.0),
         "fingerprint": report.fingerprint,
-        "report_path": str(report_path) if report_path else None,
+        "report_path": _cut(report_path, 4096) if report_path else None,
         "nodes": len(nodes) if isinstance(nodes, list) else None,
         "recorded_at": _naive_utc(now or datetime.now(timezone.utc)),
     }

@@ -283,6 +283,37 @@ def test_repeat_offenders(db: str) -> None:
         assert f.offenders(min_jobs=1, days=7, until=now, cluster="elsewhere") == []
 
 
+def test_hostile_strings_are_stored(db: str) -> None:
+    """Log-derived names with NUL, lone surrogates (undecodable bytes) and absurd lengths."""
+    d = golden("xid79_node001")
+    evil = "node\x00\udcff" + "x" * 3000
+    d["implicated"]["nodes"] = [evil]
+    d["implicated"]["gpus"] = [dict(d["implicated"]["gpus"][0], node=evil)]
+    d["job"] = dict(d["job"], user="u\x00ser", cluster="c\udc80")
+    for i in range(2):
+        d["job"]["id"] = f"9{i}"
+        d["job"]["end_time"] = f"2026-06-0{i + 1}T00:00:00Z"
+        r = Report.from_dict(copy.deepcopy(d))
+        with open_db(db) as f:
+            hist = f.record(r, report_path="/reports/\udcff/report.json")
+    assert {h["kind"] for h in hist} == {"node", "gpu"}
+    assert hist[0]["key"].startswith("node\\x00\\udcff") and len(hist[0]["key"]) == fleet.NAME_LEN
+    with open_db(db) as f:
+        job = f.job("91", cluster="c\\udc80")
+    assert job is not None and job["user_name"] == "u\\x00ser" and job["report_path"] == "/reports/\\udcff/report.json"
+
+
+def test_sqlite_on_a_network_file_system_uses_the_rollback_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fleet._fs_type
+    assert real(str(tmp_path)) not in ("", "nfs4")  # the real lookup finds the test directory's mount
+    monkeypatch.setattr(fleet, "_fs_type", lambda path: "nfs4")
+    db = str(tmp_path / "nfs" / "fleet.sqlite")
+    fleet.record(report("xid79_node001", "1", T0), db=db)
+    import sqlite3
+
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
 def test_schema_is_versioned(db: str) -> None:
     from sqlalchemy import text
 
