@@ -92,6 +92,22 @@ def _views(report: Report) -> dict[str, str]:
     return out
 
 
+def _check_html(page: str) -> None:
+    """Nothing in the HTML view can run or fetch: no such element, no handler, no URL but an
+    in-page fragment (tests/test_html.py checks more)."""
+    from html.parser import HTMLParser
+
+    tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            tags.append((tag, attrs))
+
+    Tags().feed(page)
+    assert not {t for t, _ in tags} & {"script", "iframe", "object", "embed", "img", "link", "base", "form"}
+    assert all(not n.startswith("on") and (n not in ("src", "href") or (v or "").startswith("#")) for _, a in tags for n, v in a)
+
+
 def _check_views(report: Report) -> dict[str, str]:
     views = _views(report)
     for name, text in views.items():
@@ -104,6 +120,7 @@ def _check_views(report: Report) -> dict[str, str]:
         text.encode("utf-8")  # strictly encodable: no lone surrogates
     assert json.loads(views["json"]) == json.loads(json.dumps(report.to_dict()))
     _check_markdown(views["markdown"])
+    _check_html(views["html"])
     return views
 
 
