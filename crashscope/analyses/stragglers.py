@@ -172,7 +172,7 @@ def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tu
     if thr:
         weight = TRACE_THROTTLED_WEIGHT
         reasons = _attrs(thr[0]["attrs"]).get("reasons") or []
-        title += f"; its GPU {gpu} on {host} reports {', '.join(r for r in reasons if isinstance(r, str))}"
+        title += f"; its GPU {gpu} reports {', '.join(r for r in reasons if isinstance(r, str))}"
         evidence = [_evidence(thr[0], rank)] + evidence
     times = [e.time for e in evidence if e.time is not None]
     return Finding(
