@@ -127,6 +127,8 @@ def register(app: typer.Typer) -> None:
             return
         if report is None:
             raise UsageError("give a REPORT (the report JSON), or --retry")
+        if redact_map is not None and not redact:
+            raise UsageError("--redact-map needs redaction; drop --no-redact")
         if not settings.to:
             raise UsageError("--to github|gitlab|jira|webhook is required (or [ticket] to in the config)")
         rep = _load_report(report)

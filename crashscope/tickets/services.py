@@ -46,8 +46,6 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from crashscope.errors import UsageError
 from crashscope.tickets.http import Http
 
@@ -223,14 +221,3 @@ def webhook(http: Http, url: str, t: Ticket) -> Outcome:
     http.request("POST", url, what="post to the webhook", content=json.dumps(body, ensure_ascii=False).encode("utf-8"),
                  headers={"Content-Type": "application/json"})
     return Outcome("created", None, None, [])
-
-
-def shown_url(url: str | None) -> str:
-    """A webhook URL for messages: scheme and host only (the path is the credential)."""
-    if not url:
-        return ""
-    try:
-        u = httpx.URL(url)
-        return f"{u.scheme}://{u.host}{':' + str(u.port) if u.port else ''}/…"
-    except Exception:
-        return "the webhook"
