@@ -16,7 +16,8 @@ One schema, one code path, two engines (SQLAlchemy Core):
 Tables (``meta`` holds ``schema_version``; a newer database than this code is refused, an
 older one is migrated by :data:`MIGRATIONS`):
 
-* ``jobs``: (cluster, job_id) primary key, user_name, end_time (UTC), cause, confidence,
+* ``jobs``: (cluster, job_id) primary key, user_name, end_time (UTC; the report's
+  ``job.end_time``, else the epilog's ``job.slurm.end``, else the first failure), cause, confidence,
   fingerprint (:attr:`crashscope.report.model.Report.fingerprint`), report_path, nodes,
   recorded_at. Recording a job again replaces its rows (idempotent per job id).
 * ``implicated``: one row per culprit of a job: kind (node | gpu | link | rank), key, label
@@ -546,6 +547,13 @@ def _parse_time(v: Any) -> datetime | None:
     return datetime(1970, 1, 1) + timedelta(microseconds=ns // 1000)
 
 
+def _epoch_time(v: float) -> datetime | None:
+    """Epoch seconds (the epilog's ``job.slurm.end``, from scontrol's EndTime) as naive UTC."""
+    if not 0 < v < 1e11:
+        return None
+    return datetime(1970, 1, 1) + timedelta(seconds=float(v))
+
+
 def _naive_utc(dt: datetime) -> datetime:
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
@@ -566,8 +574,10 @@ def end_time_of(report: Any, now: datetime | None = None) -> datetime:
     """When the job ended: the job's own end time (the epilog's), else the first failure,
     else the last evidence, else ``now``."""
     job = report.job or {}
-    for v in (job.get("end_time"), job.get("end"), (report.first_failure or {}).get("time") if isinstance(report.first_failure, dict) else None):
-        t = _parse_time(v)
+    slurm = job.get("slurm") if isinstance(job.get("slurm"), dict) else {}
+    ff = report.first_failure if isinstance(report.first_failure, dict) else {}
+    for v in (job.get("end_time"), job.get("end"), slurm.get("end"), ff.get("time")):
+        t = _epoch_time(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _parse_time(v)
         if t is not None:
             return t
     times = [t for t in (_parse_time(getattr(e, "time", None)) for e in report.evidence or []) if t is not None]
@@ -587,10 +597,11 @@ def job_row(report: Any, *, report_path: str | Path | None = "", now: datetime |
                            job.get("nodes"), (report.analysis or {}).get("root")], default=str)
         jid = "noid-" + hashlib.sha256(seed.encode("utf-8", "backslashreplace")).hexdigest()[:12]
     nodes = job.get("nodes")
+    slurm = job.get("slurm") if isinstance(job.get("slurm"), dict) else {}
     return {
-        "cluster": _cut(job.get("cluster") or "", ID_LEN),
+        "cluster": _cut(job.get("cluster") or slurm.get("cluster") or "", ID_LEN),
         "job_id": _cut(jid, ID_LEN),
-        "user_name": _cut(job.get("user"), ID_LEN) or None,
+        "user_name": _cut(job.get("user") or slurm.get("user"), ID_LEN) or None,
         "end_time": end_time_of(report, now),
         "cause": _cut(report.cause or "unknown", CAUSE_LEN),
         "confidence": float(report.confidence or 0.0),

@@ -238,6 +238,16 @@ def test_history_is_per_cause_kind_window_and_cluster(db: str) -> None:
     assert by["node"]["advice"] == "first GPU slowdown in 1 day (second infrastructure failure in 30 days): watch (3 in 7 days drains)"
 
 
+def test_job_fields_from_the_epilog() -> None:
+    """The epilog's merge puts scontrol's user and EndTime (epoch seconds) under job.slurm."""
+    d = golden("xid79_node001")
+    d["job"] = dict(d["job"], slurm={"user": "alice", "end": 1781049600, "outcome": "failed"}, cluster="c1")
+    row = fleet.job_row(Report.from_dict(d))
+    assert (row["user_name"], row["cluster"], row["end_time"]) == ("alice", "c1", datetime(2026, 6, 10, 0, 0))
+    del d["job"]["slurm"]
+    assert fleet.job_row(Report.from_dict(d))["end_time"] == datetime(2026, 6, 15, 21, 57, 28)  # the first failure
+
+
 def test_recording_a_job_again_replaces_it(db: str) -> None:
     with open_db(db) as f:
         f.record(report("xid79_node001", "3001", T0))
