@@ -21,7 +21,12 @@ def register(app: typer.Typer) -> None:
         controller: bool = typer.Option(False, "--controller", help="Run as EpilogSlurmctld (merge the nodes' shards)."),
         config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """Slurm Epilog / EpilogSlurmctld: always exits 0 within the budget (budget_s)."""
+        """Slurm Epilog / EpilogSlurmctld: always exits 0 within the budget (budget_s); see docs/epilog.md.
+
+        Example:
+            Epilog=/usr/local/sbin/crashscope-epilog   (runs: crashscope epilog)
+            EpilogSlurmctld=/usr/local/sbin/crashscope-epilog-ctld   (runs: crashscope epilog --controller)
+        """
         from crashscope.epilog import run_epilog
 
         try:
@@ -35,7 +40,11 @@ def register(app: typer.Typer) -> None:
         node: Optional[str] = typer.Option(None, "--node", help="This node's Slurm name (default: $SLURMD_NODENAME, else the host name)."),
         config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """Build this node's shard for a finished job (what `collect --srun` runs on each node)."""
+        """Build this node's shard for a finished job (what `collect --srun` runs on each node).
+
+        Example:
+            srun -w node[001-004] --ntasks-per-node=1 crashscope shard --job 123456
+        """
         from crashscope.config import load_config
         from crashscope.epilog.merge import log_roots
         from crashscope.epilog.node import build_shard
@@ -59,7 +68,12 @@ def register(app: typer.Typer) -> None:
         config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
         timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds for the srun step and the merge each."),
     ) -> None:
-        """Merge a job's shards (and its stdout/stderr) into <reports_dir>/<jobid>/report.*."""
+        """Merge a job's shards (and its stdout/stderr) into <reports_dir>/<jobid>/report.*.
+
+        Example:
+            crashscope collect 123456
+            crashscope collect 123456 --srun   # build the missing nodes' shards first
+        """
         from crashscope.config import load_config
         from crashscope.epilog.merge import merge
         from crashscope.epilog.slurmjob import find_tool, job_after_the_fact, run_tool, safe_job_id
