@@ -160,6 +160,17 @@ def test_local_and_torchrun_argv() -> None:
     assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[argv.index("--nproc-per-node") + 1] == "3"
 
 
+def test_hostile_node_names_never_reach_srun(tmp_path: Path) -> None:
+    rep = json.loads((GOLDEN / "fabric_timeout_ib_node002.json").read_text())
+    rep["job"]["nodes"] = ["node001", "--export=ALL,LD_PRELOAD=/tmp/x.so"]
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(rep))
+    res = runner.invoke(app, ["repro", str(p), "--launcher", "srun", "--dry-run"])
+    assert res.exit_code == 2 and "not a node name" in res.output
+    ok = runner.invoke(app, ["repro", str(p), "--launcher", "srun", "--nodes", "node001,node002", "--dry-run", "--format", "json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["commands"][0]["argv"][2] == "node001,node002"
+
+
 def test_text_dry_run_names_the_plan() -> None:
     res = runner.invoke(app, ["repro", str(GOLDEN / "fabric_timeout_ib_node002.json"), "--dry-run"])
     assert res.exit_code == 0

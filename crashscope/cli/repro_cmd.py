@@ -223,6 +223,14 @@ def register(app: typer.Typer) -> None:
                 plan.unit_kind = "node"
                 plan.implicated_units = [u for u in plan.implicated_units if u in node_list]
                 plan.reference_units = [u for u in node_list if u not in plan.implicated_units]
+        if launcher == "srun" and plan.unit_kind == "node":
+            import re
+
+            from crashscope.report.safe import escape_controls
+
+            bad = [u for u in plan.units if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", u)]
+            if bad:  # node names come from logs: never let one look like an option of srun
+                raise UsageError(f"not a node name for srun -w: {escape_controls(bad[0], 80)!r} (give --nodes)")
         if update_report and report_file is None:
             raise UsageError("--update-report needs a REPORT.json (for a job directory, use --output)")
         if backend == "auto":
