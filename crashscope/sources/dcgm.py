@@ -161,7 +161,7 @@ class _Series:
 
     def sample(self, key: Any, line: int, vals: dict[str, Any], *, host: str | None, gpu: str | None, index: int | None,
                time: int | None) -> None:
-        ident = dict(host=host, gpu=gpu, gpu_index=index, time=time, time_quality="exact" if time is not None else None)
+        ident: dict[str, Any] = dict(host=host, gpu=gpu, gpu_index=index, time=time, time_quality="exact" if time is not None else None)
         who = gpu or (f"{index}" if index is not None else "?")
         mask = vals.get("reasons_mask")
         tel = {k: vals[k] for k in _TELEMETRY_KEYS if vals.get(k) is not None}
@@ -314,7 +314,7 @@ def _health(lines: list[str], ctx: ParseContext) -> None:
         text = " ".join(d.strip() for d in detail if d.strip())
         sysname = name.removesuffix(" system").strip()
         low = sysname.lower()
-        base = {"gpu_index": entity}
+        base: dict[str, Any] = {"gpu_index": entity}
         xids = [int(x.group("xid")) for x in _HEALTH_XID.finditer(text)]
         if low in ("thermal", "power") and "clocks event" in text.lower() or low == "thermal" and "violation" in text.lower():
             reason = "thermal_violation" if low == "thermal" else "power_violation"

@@ -74,7 +74,6 @@ large trace gives a handful of events, never one per kernel):
 from __future__ import annotations
 
 import csv
-import io
 import sqlite3
 import statistics
 from bisect import bisect_right
@@ -231,9 +230,9 @@ def _env_rank(pairs: list[tuple[str, str]], keys: tuple[str, ...]) -> int | None
                     a, b = item.split("=", 1)
                     env.setdefault(a.strip(), b.strip())
     for key in keys:
-        v = env.get(key)
-        if v is not None and v.isdigit():
-            return int(v)
+        val = env.get(key)
+        if val is not None and val.isdigit():
+            return int(val)
     return None
 
 
@@ -296,7 +295,7 @@ def _read_export(con: sqlite3.Connection, ctx: ParseContext) -> None:
         pci = gpu.get("pci") if gpu else None
         rank = ctx.file.rank_hint if ctx.file.rank_hint is not None else env_rank
         local = env_local if env_local is not None else (dev if not single_process else None)
-        ident = dict(host=host, rank=rank, local_rank=local, gpu=pci, gpu_index=dev, pid=pid)
+        ident: dict[str, Any] = dict(host=host, rank=rank, local_rank=local, gpu=pci, gpu_index=dev, pid=pid)
         if gpu and (pci or gpu.get("uuid")) and (pci or str(dev)) not in seen_gpu:
             seen_gpu.add(pci or str(dev))
             attrs = {k: v for k, v in (("pci", pci), ("uuid", gpu.get("uuid")), ("name", gpu.get("name")), ("index", dev)) if v is not None}
@@ -408,9 +407,11 @@ def _pending_nccl_launches(con: sqlite3.Connection, tables: dict[str, set[str]],
     for k in kernels:
         if isinstance(k[4], int):
             last_corr[k[3] or 0] = max(last_corr.get(k[3] or 0, -1), k[4])
+    floor = min(last_corr.values(), default=-1)  # only launches after some process's last kernel matter
     launches = con.execute(
         "SELECT r.start, r.globalTid, r.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-        "JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE '%LaunchKernel%' OR s.value LIKE '%LaunchCooperativeKernel%'"
+        "JOIN StringIds s ON s.id = r.nameId WHERE r.correlationId > ? "
+        "AND (s.value LIKE '%LaunchKernel%' OR s.value LIKE '%LaunchCooperativeKernel%')", (floor,)
     ).fetchall() if {"id", "value"} <= tables.get("StringIds", set()) else []
     late = [(st, gt, c) for st, gt, c, _ in launches
             if isinstance(st, int) and isinstance(gt, int) and isinstance(c, int) and c > last_corr.get(gt & PID_MASK, -1)]
@@ -438,10 +439,12 @@ def _emit_process(ctx: ParseContext, rows: list[tuple], names: dict[int, str], s
     compute_ns = nccl_ns = n_nccl = 0
     last_nccl: tuple[tuple, dict[str, Any], int] | None = None
     step_starts = [s[0] for s in steps]
+    step_ends = [s[1] for s in steps]
     per_step: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    parsed = {i: parse_nccl_kernel(names[i]) for i in {k[5] for k in rows} if i in names}  # per name, not per kernel
     for k in rows:
         dur = max(0, (k[1] or 0) - k[0])
-        info = parse_nccl_kernel(names.get(k[5], "")) if k[5] in names else None
+        info = parsed.get(k[5])
         if info is not None:
             n_nccl += 1
             nccl_ns += dur
@@ -459,7 +462,7 @@ def _emit_process(ctx: ParseContext, rows: list[tuple], names: dict[int, str], s
         if step_starts:
             t = k[6] if isinstance(k[6], int) else k[0]
             i = bisect_right(step_starts, t) - 1
-            if i >= 0 and (steps[i][1] is None or t <= steps[i][1]):
+            if i >= 0 and (step_ends[i] is None or t <= step_ends[i]):  # type: ignore[operator]
                 per_step[i][1 if info is not None else 0] += dur
     first, last_end = rows[0][0], max((k[1] or k[0]) for k in rows)
     summary: dict[str, Any] = {
