@@ -172,3 +172,17 @@ def test_stats_csv_units_are_converted() -> None:
 def test_text_that_is_not_a_stats_report_is_not_claimed() -> None:
     assert nsys.SOURCE.sniff("timestamp, index, pci.bus_id, temperature.gpu\n", "gpu.csv") == 0.0
     assert nsys.SOURCE.sniff("Name,Value\nfoo,1\n", "x.csv") == 0.0
+
+
+def test_kernel_cut_by_the_capture_end_did_not_end(tmp_path: Path) -> None:
+    """Ranks waiting in the collective a hung rank never completes: their AllReduce kernels
+    run until nsys stops (the kernel's end is the capture's end)."""
+    job = F.plan_job(nodes=1, gpus_per_node=4, seed=5, hung_rank=2)
+    for r in range(4):
+        if r != 2:
+            job["plan"][r][-1]["nccl_end"] = job["capture_end"]
+    F.write_job(tmp_path, job, hosts=["node001"], epoch_ns=EPOCH)
+    last = {r["rank"]: _attrs(r) for r in ingest(tmp_path).events.filter(pl.col("kind") == "collective_trace").to_dicts()}
+    assert {r: a["state"] for r, a in last.items()} == {0: "running_at_capture_end", 1: "running_at_capture_end",
+                                                        2: "launched_not_completed", 3: "running_at_capture_end"}
+    assert not any(a["ended"] for a in last.values())
