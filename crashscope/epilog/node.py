@@ -185,4 +185,5 @@ def build_shard(job: JobInfo, node: str, config: Any, timeout: float, log_roots:
     if job.job_id:
         events = events.with_columns(pl.col("job_id").fill_null(job.job_id))
     return write_shard(Path(config.spool_dir) / job.job_id, node, events, node=node, job_id=job.job_id, files=files,
-                       warnings=warnings + job.notes, seconds=time.monotonic() - t0, job_files=job_files)
+                       warnings=warnings + job.notes, seconds=time.monotonic() - t0,
+                       job_files=job_files and any(str(f.get("file", "")).startswith("job/") for f in files))

@@ -295,7 +295,10 @@ def job_info(env: Mapping[str, str], deadline_s: float) -> JobInfo:
     for attr in ("stdout", "stderr"):
         v = getattr(job, attr)
         if v:
-            setattr(job, attr, expand_pattern(v, job, env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")))
+            v = expand_pattern(v, job, env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID"))
+            if not os.path.isabs(v) and job.work_dir:
+                v = os.path.join(job.work_dir, v)  # sbatch -o relative to the working directory
+            setattr(job, attr, v if os.path.isabs(v) and v != "/dev/null" else None)
     if job.signal == 15 and job.exit_code == 0 and job.reason in (None, "None") and not job.preempt_time and not job.state:
         job.notes.append("ExitCode 0:15 without PreemptTime: cancelled (scancel or a signal)")
     if job.stdout is None and job.work_dir:
