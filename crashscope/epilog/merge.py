@@ -275,8 +275,7 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
     report.warnings = list(dict.fromkeys(list(report.warnings) + warnings + job.notes))
     if missing:
         report.missing = list(report.missing) + [f"no shard from node(s) {', '.join(missing[:8])}"]
-    for hook in (_fleet, _ticket):
-        hook(report, config)
+    _fleet(report, config)  # fills report.history: before the views are rendered
     report = scrub_report(report, full=bool(getattr(config, "redact", False)))
     texts = render_all(report)
     result = MergeResult(report=report, warnings=[])
@@ -286,6 +285,7 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
         result.warnings.append(f"reports not written to {config.reports_dir}: {type(e).__name__}: {e}")
     if config.copy_to_workdir:
         result.warnings += write_workdir_as_user(job, texts, max(0.5, left()))
+    _ticket(report, config)  # last: a slow ticket service only costs what is left of the budget
     result.seconds = time.monotonic() - t0
     if not force:
         release_lock(job_dir)
@@ -305,8 +305,8 @@ def _ticket(report: Any, config: Any) -> None:
     if not (getattr(config, "ticket", None) or {}).get("to"):
         return
     try:
-        from crashscope import tickets  # type: ignore[attr-defined]
+        from crashscope.tickets import TicketSettings, file_ticket
 
-        tickets.file_ticket(report, config)
+        file_ticket(report, TicketSettings.from_config(config))
     except Exception:  # noqa: BLE001 - a ticket system that is down never breaks the epilog
         pass
