@@ -138,10 +138,16 @@ def main() -> None:
     print(f"offenders --min-jobs 2 --days 30 ({len(o30)} rows): {off30}")
     one = Path(tmp) / "one.json"
     one.write_text(json.dumps(mutated(rng.choice(bases), "proc", now, rng, a.nodes).to_dict()))
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "crashscope", "fleet", "add", str(one), "--db", a.db or url.removeprefix("sqlite:///")],
                    check=True, capture_output=True)
-    print(f"fresh process `crashscope fleet add one.json`: {time.perf_counter() - t:.2f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"fresh process `crashscope fleet add one.json`: {wall:.2f} s (CPU {cpu:.2f} s); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":
