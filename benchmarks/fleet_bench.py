@@ -147,6 +147,9 @@ def main() -> None:
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"fresh process `crashscope fleet add one.json`: {wall:.2f} s (CPU {cpu:.2f} s); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
