@@ -292,7 +292,7 @@ def activity(ev: pl.DataFrame) -> dict[str, Any]:
     """``Report.activity``: each rank's first and last line (time, kind, file:line) and each
     host's versions, GPU count, serious clock-slowdown reasons, Xids and time span."""
     if ev.height == 0:
-        return {"ranks": [], "hosts": {}}
+        return {"ranks": [], "hosts": []}
     from crashscope.sources.nvidia_smi import SERIOUS_REASONS
 
     kind, src = pl.col("kind").cast(pl.String), pl.col("source").cast(pl.String)
@@ -328,7 +328,8 @@ def activity(ev: pl.DataFrame) -> dict[str, Any]:
             "first": iso_ns(rk["time"].min()) if rk.height else None,
             "last": iso_ns(rk["time"].max()) if rk.height else None,
         }
-    return {"ranks": ranks, "hosts": dict(sorted(hosts.items()))}
+    # A list, not a mapping by name: host names are values, so the string pass (redaction) maps them.
+    return {"ranks": ranks, "hosts": [{"node": h} | hosts[h] for h in sorted(hosts)]}
 
 
 def iso_ns(t: Any) -> str | None:

@@ -193,7 +193,7 @@ def test_odd_one_out_among_many_hosts() -> None:
     hosts["n003"]["versions"]["driver"] = "525.85.12"
     hosts["n004"]["xids"] = [79]
     hosts["n005"]["last"] = "2026-01-01T00:00:01.000000Z"
-    r = Report(job={"id": "1", "nodes": sorted(hosts), "ranks": 6}, cause="driver_drift", activity={"ranks": [], "hosts": hosts})
+    r = Report(job={"id": "1", "nodes": sorted(hosts), "ranks": 6}, cause="driver_drift", activity={"ranks": [], "hosts": [{"node": n} | h for n, h in hosts.items()]})
     page = render_html(r)
     rows = dict((n, (cls, cells)) for cls, n, cells in re.findall(r'<tr class="([^"]*)">\s*<td>(n\d+)</td>(.*?)</tr>', page, re.S))
     assert [n for n, (cls, _) in rows.items() if "odd-one" in cls] == ["n003", "n004", "n005"]
@@ -270,7 +270,7 @@ def test_a_report_without_anything_renders() -> None:
     check_inert(page)
     assert "crashscope: unknown" in text_of(page)
     r = Report(job={"id": None}, cause="oom", evidence=[EvidenceItem(rule="r", cause="oom", time="not a time", node=None, rank=None, file="", line=None, message="m")],
-               first_failure={"time": "garbage"}, activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": {"h": "not a dict"}},
+               first_failure={"time": "garbage"}, activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": ["not a dict", {"node": None}]},
                layers=["x", {"layer": None}], history=[1, {"a": None}], symptoms=[None, {"first": "x"}])
     check_inert(render_html(r))
     odd = Report.from_dict({"job": [], "implicated": "x", "activity": 3, "clock": None, "coverage": {"hosts": {"h": "x"}}, "cause": "oom"})
@@ -298,7 +298,7 @@ def _thousand_ranks() -> Report:
                   first_failure={"time": "2026-05-01T10:00:30.000000Z", "node": "node002", "rank": 9, "message": "boom", "file": "slurm.out", "line": 10},
                   symptoms=[{"kind": "collective_timeout", "count": 1000, "n_ranks": 1000, "ranks": "0-1023", "hosts": [], "missing_ranks": [512, 513],
                              "first": {"time": "2026-05-01T10:00:31.000000Z", "file": "slurm.out", "line": 12, "message": "timeout"}}],
-                  activity={"ranks": ranks, "hosts": hosts})
+                  activity={"ranks": ranks, "hosts": [{"node": n} | h for n, h in hosts.items()]})
 
 
 def test_a_thousand_ranks_are_grouped_by_node_with_the_outliers() -> None:

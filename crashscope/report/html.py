@@ -214,10 +214,11 @@ def _hosts(r: Report) -> dict[str, Any]:
     early last activity or a place in the culprit."""
     act_raw = (r.activity or {}).get("hosts") if isinstance(r.activity, dict) else None
     cov_raw = (r.coverage or {}).get("hosts") if isinstance(r.coverage, dict) else None
-    act: dict[str, Any] = act_raw if isinstance(act_raw, dict) else {}
+    act: dict[str, Any] = {str(h["node"]): h for h in act_raw if isinstance(h, dict) and _known(h.get("node"))} if isinstance(act_raw, list) else {}
     cov: dict[str, Any] = {str(k): v for k, v in cov_raw.items() if isinstance(v, dict)} if isinstance(cov_raw, dict) else {}
     names = [str(n) for n in (r.job or {}).get("nodes") or [] if _known(n)]
-    names += [str(n) for n in list(act) + list(cov) if _known(n) and str(n) not in names]
+    # Not the coverage's keys: the string pass (redaction) maps values, not keys.
+    names += [str(n) for n in act if _known(n) and str(n) not in names]
     names = sorted(set(names))[:MAX_HOST_ROWS]
     implicated = {str(n) for n in (r.implicated or {}).get("nodes") or []}
     facts: dict[str, dict[str, Any]] = {n: a if isinstance(a := act.get(n), dict) else {} for n in names}

@@ -59,8 +59,8 @@ class Report:
     repro: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     # Per rank and per host, from the timeline (the HTML view's picture and host table):
-    # {"ranks": [{rank, node, first, last, kind, file, line}], "hosts": {node: {versions,
-    # gpus, throttle, xids, first, last, ranks}}}.
+    # {"ranks": [{rank, node, first, last, kind, file, line}], "hosts": [{node, versions,
+    # gpus, throttle, xids, first, last, ranks}]}.
     activity: dict[str, Any] = field(default_factory=dict)
 
     @property
