@@ -446,8 +446,29 @@ def test_python_polars_and_streaming_paths_agree(tmp_path: Path, monkeypatch: py
     def events() -> list[dict]:
         return ingest(root, workers=1).events.sort(["file", "line", "source", "kind", "message"]).to_dicts()
 
+    (root / "separator.log").write_bytes(b"a\x1fb\n" + (WARN * 3).encode())  # goes alone, not in the bulk scan
     base = events()
+    monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)  # each small file scanned on its own
+    assert events() == base
     monkeypatch.setattr(ingest_mod, "SMALL_HITS", 0)  # polars split
     assert events() == base
     monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 4096)  # many blocks: threads
     assert events() == base
+
+
+_JOBS = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("job", sorted([*(_JOBS / "jobs").glob("*/"), *(_JOBS / "recorded").glob("*/")])[::5], ids=lambda p: p.name)
+def test_bulk_scan_of_small_files_is_the_plain_path(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path (small files scanned together) and the plain one (each on its own)
+    give the same events, file records and warnings on the fixture corpus."""
+
+    def run() -> tuple[list[dict], list[tuple], list[str]]:
+        r = ingest(job, workers=1)
+        recs = [(f.file, f.kind, f.events, f.bytes, f.lines, f.note) for f in r.files]
+        return r.events.sort(["file", "line", "source", "kind", "message"]).to_dicts(), recs, r.warnings
+
+    fast = run()
+    monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
+    assert run() == fast
