@@ -212,16 +212,16 @@ def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) ->
     )
     if missing_dump:
         title += f"; no Flight Recorder dump from rank(s) {', '.join(map(str, missing_dump[:16]))}, which may be missing too"
-    rows_by_rank = defaultdict(list)
+    rows_by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in entries:
         rows_by_rank[e["rank"]].append(e)
     ev = []
     for r in culprits:
         own = [e for e in rows_by_rank[r] if e["pg"] == pg] or rows_by_rank[r]
         if own:
-            last = max(own, key=lambda e: (e["seq"] if e["pg"] == pg else -1, e["_t"] or 0))
-            ev.append(_evidence(last["row"] | {"_t": last["_t"]},
-                                f"rank {r}'s last collective in {name}: #{last['seq']} {last['op']} ({last['state']}); nothing after it"))
+            final = max(own, key=lambda e: (e["seq"] if e["pg"] == pg else -1, e["_t"] or 0))
+            ev.append(_evidence(final["row"] | {"_t": final["_t"]},
+                                f"rank {r}'s last collective in {name}: #{final['seq']} {final['op']} ({final['state']}); nothing after it"))
         elif r in dumps.rows:
             ev.append(_evidence(dumps.rows[r], f"rank {r}'s dump holds no collective of {name}"))
     for p in present[: MAX_EVIDENCE - len(ev)]:

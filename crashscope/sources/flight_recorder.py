@@ -56,7 +56,7 @@ from typing import Any
 
 import regex
 
-from crashscope.schema import Kind, Severity
+from crashscope.schema import Kind
 from crashscope.sources.base import FileSource, ParseContext, decode, load_json
 
 MAX_ENTRIES = 100_000  # the ring buffer is 2000 by default; a bigger one is cut here
