@@ -260,7 +260,13 @@ class FleetDB:
     def _ensure_schema(self, conn: Any) -> None:
         from sqlalchemy import insert, select, text, update
 
+        from sqlalchemy import inspect
+
         md, meta, _, _ = schema()
+        if inspect(conn).has_table("implicated"):
+            found = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
+            if found is not None and _version(found, self.url) == SCHEMA_VERSION:
+                return  # the usual case: nothing to create, no lock taken
         if self.dialect == "postgresql":
             # Two first writers would race on CREATE TABLE; the lock ends with the transaction.
             conn.execute(text("SELECT pg_advisory_xact_lock(7214400915)"))
