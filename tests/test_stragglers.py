@@ -189,3 +189,23 @@ if __name__ == "__main__":
             print("miss", json.dumps(r))
     print(f"slowest rank top-1: {hits}/{n} = {hits / n:.1%}")
     sys.exit(0 if hits / n >= 0.95 else 1)
+
+
+def test_ranks_with_other_collectives_are_not_compared(tmp_path: Path) -> None:
+    """A rank whose trace holds other NCCL ops (a pipeline stage's SendRecv) is not measured
+    against the data-parallel ranks: only the largest group with the same ops is."""
+    import sqlite3
+
+    job = _traces(tmp_path, nodes=1, gpus=4, seed=16)
+    (p,) = [q for q in (tmp_path / "nsys").iterdir() if q.name.startswith("rank3_")]
+    con = sqlite3.connect(p)
+    con.execute("UPDATE StringIds SET value = replace(value, 'AllReduce_Sum_bf16_RING_LL', 'SendRecv')")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + (end - start) / 10 WHERE shortName IN "
+                "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel_SendRecv%')")
+    # the last stage computes more (the loss): slower compute, shorter NCCL, by design
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + (end - start) * 3 / 2 WHERE shortName NOT IN "
+                "(SELECT id FROM StringIds WHERE value LIKE 'nccl%')")
+    con.commit()
+    con.close()
+    assert job["slow_rank"] is None
+    assert [f for f in _findings(tmp_path) if f.rule_id == "straggler-trace"] == []

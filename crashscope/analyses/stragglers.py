@@ -134,7 +134,15 @@ def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tu
             continue
         if key in per:
             continue  # one trace per rank (a stats CSV beside its export says the same)
-        per[key] = {**m, "row": r}
+        per[key] = {**m, "row": r, "ops": frozenset((a.get("ops") or {}).keys())}
+    # Ranks with different collectives do different work by design (pipeline stages talk
+    # by SendRecv, the data-parallel group by AllReduce): compare the largest like group.
+    groups: dict[frozenset, list[Any]] = defaultdict(list)
+    for k, p in per.items():
+        groups[p["ops"]].append(k)
+    if len(groups) > 1:
+        keep = set(max(groups.values(), key=len))
+        per = {k: p for k, p in per.items() if k in keep}
     # compare like with like: per-step figures when most traces have them
     basis = "step" if sum(p["per"] == "step" for p in per.values()) * 2 >= len(per) else "collective"
     per = {k: p for k, p in per.items() if p["per"] == basis}
