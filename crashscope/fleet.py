@@ -580,8 +580,8 @@ def end_time_of(report: Any, now: datetime | None = None) -> datetime:
     """When the job ended: the job's own end time (the epilog's), else the first failure,
     else the last evidence, else ``now``."""
     job = report.job or {}
-    slurm = job.get("slurm") if isinstance(job.get("slurm"), dict) else {}
-    ff = report.first_failure if isinstance(report.first_failure, dict) else {}
+    slurm: dict[str, Any] = job["slurm"] if isinstance(job.get("slurm"), dict) else {}
+    ff: dict[str, Any] = report.first_failure if isinstance(report.first_failure, dict) else {}
     for v in (job.get("end_time"), job.get("end"), slurm.get("end"), ff.get("time")):
         t = _epoch_time(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _parse_time(v)
         if t is not None:
@@ -603,7 +603,7 @@ def job_row(report: Any, *, report_path: str | Path | None = "", now: datetime |
                            job.get("nodes"), (report.analysis or {}).get("root")], default=str)
         jid = "noid-" + hashlib.sha256(seed.encode("utf-8", "backslashreplace")).hexdigest()[:12]
     nodes = job.get("nodes")
-    slurm = job.get("slurm") if isinstance(job.get("slurm"), dict) else {}
+    slurm: dict[str, Any] = job["slurm"] if isinstance(job.get("slurm"), dict) else {}
     return {
         "cluster": _cut(job.get("cluster") or slurm.get("cluster") or "", ID_LEN),
         "job_id": _cut(jid, ID_LEN),
