@@ -36,7 +36,10 @@ from typing import Any
 
 from crashscope.errors import UsageError
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 SYSTEM_CONFIG = Path("/etc/crashscope/config.toml")
 ENV_VAR = "CRASHSCOPE_CONFIG"
