@@ -68,7 +68,7 @@ def _md_parser():  # type: ignore[no-untyped-def]
 
 
 ALLOWED_INLINE = {"text", "code_inline", "softbreak"}
-SECTIONS = ("First failure", "Evidence", "Collapsed symptoms", "Also seen in the correlation window", "Recommended actions", "Missing data", "Warnings")
+SECTIONS = ("First failure", "Evidence", "Collapsed symptoms", "Also seen in the correlation window", "Layers", "Recommended actions", "Missing data", "Warnings")
 
 
 def _check_markdown(md: str) -> None:

@@ -338,19 +338,36 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
             nodes = ", ".join(_t(n) for n in c.get("nodes") or [] if _known(n))
             loc = _loc(c.get("file"), c.get("line"))
             bullet(f"{_t(c.get('cause'))}: {_t(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({loc})" if loc else ""))
-    if report.layers:
+    rows = [r for r in report.layers if isinstance(r, dict)]
+    if rows and full:
         line(("Layers", "bold"))
-        for row in report.layers:
-            if not isinstance(row, dict):
-                continue
+        g = Table.grid(padding=(0, 1))
+        g.add_column(width=13, no_wrap=True)
+        g.add_column(width=8, no_wrap=True)
+        g.add_column(overflow="fold")
+        for row in rows:
             status = _t(row.get("status"))
             loc = _layer_loc(row)
-            line(f"  {_t(row.get('layer'), 12):<11} ", (f"{status:<8}", "bold red" if status == "failed" else "bold" if status == "suspect" else ""),
-                 " ", _t(row.get("reason"), msg_limit), (f"  ({loc})" if loc else "", "dim"), wrap=full)
-            if full and _known(row.get("settle")):
-                line(("settle: ", "dim"), _t(row.get("settle"), 1000), indent=25, wrap=True)
-        if not full and any(isinstance(r, dict) and _known(r.get("settle")) for r in report.layers):
-            hidden.append("what would settle each layer")
+            text = Text(_t(row.get("reason"), msg_limit))
+            if loc:
+                text.append(f"  ({loc})", style="dim")
+            if _known(row.get("settle")):
+                text.append("\nsettle: ", style="dim")
+                text.append(_t(row.get("settle"), 1000))
+            g.add_row(Text("  " + _t(row.get("layer"), 11)), Text(status, style="bold red" if status == "failed" else "bold" if status == "suspect" else ""), text)
+        con.print(g)
+    elif rows:  # one line of statuses, then the failed layer's reason
+        t = Text.assemble(("Layers: ", "bold"))
+        for i, row in enumerate(rows):
+            status = _t(row.get("status"))
+            t.append(("  " if i else "") + f"{_t(row.get('layer'), 12)} ")
+            t.append(status, style="bold red" if status == "failed" else "bold" if status == "suspect" else "")
+        con.print(t, overflow="fold")
+        for row in rows:
+            if row.get("status") == "failed":
+                loc = _layer_loc(row)
+                line(f"  {_t(row.get('layer'), 12)}: ", _t(row.get("reason"), msg_limit), (f"  ({loc})" if loc else "", "dim"))
+        hidden.append("layer reasons")
     if report.actions:
         line(("Recommended actions", "bold"))
         for a in capped("actions", list(report.actions)):
