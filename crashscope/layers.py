@@ -187,7 +187,7 @@ class _Ctx:
         drift = {c: vals for c, vals in per.items() if len(vals) > 1}
         if drift:
             parts = []
-            ev = []
+            ev: list[dict[str, Any]] = []
             for c, vals in sorted(drift.items()):
                 parts.append(f"{c} " + " vs ".join(f"{v} on {_list(sorted(hs), 3)}" for v, hs in sorted(vals.items(), key=lambda p: -len(p[1]))))
                 ev.extend(_row_item(rows[(c, v)]) for v in vals)
@@ -231,7 +231,6 @@ class _Ctx:
             return {"status": "failed", "reason": f"{bad_links.height} InfiniBand/link error line(s) on {_list(where) or 'unknown hosts'}",
                     "evidence": self._items(bad_links), "extra": extra}
         if env_problems:
-            p = env_problems[0]
             return {"status": "suspect", "reason": "; ".join(q["title"] for q in env_problems[:3]),
                     "evidence": [_item(e) for q in env_problems[:2] for e in q["evidence"][:2]],
                     "settle": "compare the settings across nodes (`crashscope analyze --format json`: layers[fabric].nccl_env)", "extra": extra}

@@ -348,13 +348,13 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
         for row in rows:
             status = _t(row.get("status"))
             loc = _layer_loc(row)
-            text = Text(_t(row.get("reason"), msg_limit))
+            reason_t = Text(_t(row.get("reason"), msg_limit))
             if loc:
-                text.append(f"  ({loc})", style="dim")
+                reason_t.append(f"  ({loc})", style="dim")
             if _known(row.get("settle")):
-                text.append("\nsettle: ", style="dim")
-                text.append(_t(row.get("settle"), 1000))
-            g.add_row(Text("  " + _t(row.get("layer"), 11)), Text(status, style="bold red" if status == "failed" else "bold" if status == "suspect" else ""), text)
+                reason_t.append("\nsettle: ", style="dim")
+                reason_t.append(_t(row.get("settle"), 1000))
+            g.add_row(Text("  " + _t(row.get("layer"), 11)), Text(status, style="bold red" if status == "failed" else "bold" if status == "suspect" else ""), reason_t)
         con.print(g)
     elif rows:  # one line of statuses, then the failed layer's reason
         t = Text.assemble(("Layers: ", "bold"))
