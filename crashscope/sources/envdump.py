@@ -120,6 +120,8 @@ class EnvdumpSource(LineSource):
             if m is None:
                 return
             key = m.group("key")
+            if text.startswith("export ") and m.group("sq") is None and "$" in (m.group("dq") or m.group("raw") or ""):
+                return  # a job script's `export X=$((...))`: not a value in force (dumps print it expanded)
             value = m.group("dq")
             value = _unquote_dq(value) if value is not None else (m.group("sq") if m.group("sq") is not None else m.group("raw"))
             if cur.rows and (key in cur.keys or n - cur.last > BLOCK_GAP):

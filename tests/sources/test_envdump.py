@@ -78,3 +78,9 @@ def test_no_secret_reaches_any_view_of_the_report(tmp_path: Path) -> None:
         out = render(report)
         for secret in SECRETS[:4]:
             assert secret not in out, name
+
+
+def test_a_job_script_s_unexpanded_exports_are_not_values_in_force() -> None:
+    s = _settings("export MASTER_ADDR=127.0.0.1\nexport MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))\n"
+                  "export TORCH_FR_DUMP_TEMP_FILE=$PWD/fr/nccl_trace_rank_\nexport NCCL_DEBUG=INFO\n", "job.sh")
+    assert {k: v for k, (v, _, _) in s.items()} == {"MASTER_ADDR": "127.0.0.1", "NCCL_DEBUG": "INFO"}
