@@ -341,19 +341,24 @@ def summarize(g: Group, results: Path, *, killed: bool, rcs: dict[int, int | Non
                            "busbw": None, "status": "ok", "error": None, "stuck": [], "exited": [], "errored": [], "late": [],
                            "invalid": [], "sizes": []}
     errors: list[str] = []
+
+    def who(r: int) -> str:
+        unit = _unit_of(g, r)
+        return f"rank {orig[r]}" + ("" if unit == f"rank{orig[r]}" else f" ({unit})")
+
     no_result = [r for r in range(g.world) if r not in per_rank]
     if killed:
         rec["status"] = "hang"
         stuck = no_result
         rec["stuck"] = sorted({_unit_of(g, r) for r in stuck})
-        phases = ", ".join(f"rank {orig[r]} at {progress.get(r, {}).get('phase', 'start')}" for r in stuck)
+        phases = ", ".join(f"{who(r)} at {progress.get(r, {}).get('phase', 'start')}" for r in stuck)
         errors.append(f"no progress for {g.timeout:g}s: killed; stuck: {phases}")
     else:
         exited = [r for r in no_result if rcs.get(r) not in (None, 0)] if rcs else no_result
         if exited:
             rec["status"] = "error"
             rec["exited"] = sorted({_unit_of(g, r) for r in exited})
-            errors.append("; ".join(f"rank {orig[r]} exited with status {rcs.get(r)} before its result" for r in exited)
+            errors.append("; ".join(f"{who(r)} exited with status {rcs.get(r)} before its result" for r in exited)
                           if rcs else f"{len(exited)} rank(s) wrote no result")
     err_ranks = [r for r, d in per_rank.items() if d.get("status") != "ok"]
     if err_ranks:
@@ -366,7 +371,7 @@ def summarize(g: Group, results: Path, *, killed: bool, rcs: dict[int, int | Non
             key = e.split(":", 1)[0] + e[-60:]
             if key not in seen:
                 seen.add(key)
-                errors.append(f"rank {orig[r]}: {e[:500]}")
+                errors.append(f"{who(r)}: {e[:500]}")
     ok_ranks = [r for r, d in per_rank.items() if d.get("status") == "ok"]
     if ok_ranks and len(ok_ranks) == g.world:
         nsizes = min(len(per_rank[r].get("sizes") or []) for r in ok_ranks)
@@ -385,11 +390,11 @@ def summarize(g: Group, results: Path, *, killed: bool, rcs: dict[int, int | Non
                 if invalid:
                     rec["status"] = "error"
                     rec["invalid"] = sorted({_unit_of(g, r) for r in invalid})
-                    errors.append(f"wrong result on ranks {', '.join(str(orig[r]) for r in invalid)}")
+                    errors.append(f"wrong result on {', '.join(who(r) for r in invalid)}")
                 elif late:
                     rec["status"] = "slow"
                     rec["late"] = sorted({_unit_of(g, r) for r in late})
-                    errors.append("late to every call: " + ", ".join(f"rank {orig[r]}" for r in late))
+                    errors.append("late to every call: " + ", ".join(who(r) for r in late))
     rec["error"] = "; ".join(errors) or None
     return rec
 
