@@ -106,3 +106,16 @@ def test_cli_json_exit_codes_and_report_update(tmp_path: Path) -> None:
     saved = json.loads(report.read_text())
     assert saved["repro"]["verdict"] == "confirmed" and saved["cause"] == "fabric_timeout"
     assert "## Reproduction (crashscope repro)" in md.read_text()
+
+
+def test_hang_without_the_fork_server_kills_the_process_group(tmp_path: Path) -> None:
+    """The argv itself (as srun/torchrun groups run): the hung worker's process group is
+    signalled and reaped."""
+    from crashscope.repro.launch import Group, run_group
+
+    g = Group(op="all_reduce", sizes=[4096], dtype="float32", unit_ids=[0, 1], unit_names=["rank0", "rank1"], iters=2,
+              warmup=1, timeout=TIMEOUT, inject=["1:hang"])
+    rec = run_group(g, tmp_path / "run", preload=False)
+    assert rec["status"] == "hang" and rec["stuck"] == ["rank1"]
+    assert rec["launcher_rc"][1] in (-15, -9)  # killed and reaped, not left running
+    assert rec["launcher_rc"][0] is not None
