@@ -142,7 +142,6 @@ class _Ctx:
         self.report = report
         self.ev = events
         self.findings = findings
-        self.kinds = events["kind"].cast(pl.String) if events.height else pl.Series([], dtype=pl.String)
         self.hosts = hosts or sorted(events["host"].drop_nulls().unique().to_list()) if events.height else hosts
         self.hosts = sorted(set(self.hosts) | set(_allocation(events)))
         self.kernel_hosts = set(self._of(source="kernel")["host"].drop_nulls().unique().to_list())
