@@ -169,11 +169,12 @@ def _repro_lines(r: Any, esc: Callable[..., str]) -> list[str]:
     """`crashscope repro`'s verdict: the headline, then one line per run with its numbers."""
     if not isinstance(r, dict):
         return [esc(r)]
-    imp = r.get("implicated") if isinstance(r.get("implicated"), dict) else {}
+    imp_raw, plan_raw = r.get("implicated"), r.get("plan")
+    imp: dict[str, Any] = imp_raw if isinstance(imp_raw, dict) else {}
     named = [esc(n) for n in imp.get("nodes") or []] or [f"rank {esc(x)}" for x in imp.get("ranks") or []]
     links = [f"{esc(lk['between'][0])}-{esc(lk['between'][1])}" for lk in r.get("links") or []
              if isinstance(lk, dict) and isinstance(lk.get("between"), list) and len(lk["between"]) == 2]
-    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    plan: dict[str, Any] = plan_raw if isinstance(plan_raw, dict) else {}
     head = f"{esc(r.get('verdict'))}" + (f": {', '.join(named)}" if named else "") + (f"; link {', '.join(links)}" if links else "")
     head += f" ({esc(plan.get('op'))} {esc(plan.get('bytes'))} bytes, {esc(plan.get('backend'))}, {esc(r.get('time'))})" if plan else ""
     out = [head] + ([esc(r.get("reason"), 300)] if _known(r.get("reason")) else [])

@@ -94,12 +94,13 @@ def main() -> int:
                 say({"pid": pid})
     finally:
         for pid in list(children):
-            for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                try:
-                    target()
-                    break
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                try:  # not yet in a session of its own
+                    os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
-                    continue
+                    pass
         for pid in list(children):
             try:
                 os.waitpid(pid, 0)
