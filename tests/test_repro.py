@@ -211,10 +211,14 @@ def _cli_without_torch(block: str, args: list[str]) -> subprocess.CompletedProce
     "sys.meta_path.insert(0, NoTorch())",
 ])
 def test_without_torch_says_the_pip_command(block: str) -> None:
-    res = _cli_without_torch(block, ["repro", "--op", "all_reduce", "--bytes", "1024", "--nproc", "2"])
-    assert res.returncode == 2, res.stderr
-    assert INSTALL_HINT in res.stderr and INSTALL_HINT == "pip install 'crashscope[repro]'"
-    assert "Traceback" not in res.stderr
+    for args in (["--op", "all_reduce", "--bytes", "1024", "--nproc", "2"], [str(GOLDEN / "fabric_timeout_ib_node002.json")], []):
+        res = _cli_without_torch(block, ["repro", *args])
+        assert res.returncode == 2, res.stderr
+        assert INSTALL_HINT in res.stderr and INSTALL_HINT == "pip install 'crashscope[repro]'"
+        assert "Traceback" not in res.stderr
+    # the plan needs no torch
+    res = _cli_without_torch(block, ["repro", "--op", "all_reduce", "--bytes", "1024", "--nproc", "2", "--dry-run"])
+    assert res.returncode == 0 and "crashscope.repro.worker" in res.stdout
 
 
 def test_analyze_does_not_import_torch() -> None:

@@ -180,6 +180,8 @@ def register(app: typer.Typer) -> None:
         from crashscope.repro.launch import LAUNCHERS, Group, commands, free_port
         from crashscope.repro.plan import direct_plan, plan_from_jobdir, plan_from_report
 
+        if not dry_run and not torch_available():  # before anything else: the one thing to fix first
+            raise CrashscopeError(f"repro needs torch: {INSTALL_HINT}")
         if fmt not in ("text", "json"):
             raise UsageError(f"--format: choose text or json, got {fmt!r}")
         if op is not None and op not in OPS:
@@ -263,10 +265,6 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write(_plan_text(plan, settings, cmds))
             raise typer.Exit(0)
 
-        if not torch_available():
-            if sink is not None:
-                sink.discard()
-            raise CrashscopeError(f"repro needs torch: {INSTALL_HINT}")
         if plan.world == 1:
             plan.notes.append("one rank: nothing crosses a link (busbw is 0 by the nccl-tests factor); a check of the GPU and the library only")
 
