@@ -36,10 +36,7 @@ from typing import Any
 
 from crashscope.errors import UsageError
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
 SYSTEM_CONFIG = Path("/etc/crashscope/config.toml")
 ENV_VAR = "CRASHSCOPE_CONFIG"
