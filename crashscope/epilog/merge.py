@@ -205,9 +205,10 @@ def write_private(directory: Path, texts: dict[str, str], uid: int | None, gid: 
 
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     as_root = os.geteuid() == 0 and uid is not None
+    owner = uid if uid is not None else -1
     st = os.lstat(directory)
     if as_root and st.st_uid != uid:
-        os.chown(directory, uid, gid if gid is not None else -1, follow_symlinks=False)
+        os.chown(directory, owner, gid if gid is not None else -1, follow_symlinks=False)
     os.chmod(directory, 0o700, follow_symlinks=False) if hasattr(os, "lchmod") else os.chmod(directory, 0o700)
     written = []
     for name, text in texts.items():
@@ -216,7 +217,7 @@ def write_private(directory: Path, texts: dict[str, str], uid: int | None, gid: 
         def write(f: Any, data: bytes = data) -> None:
             os.fchmod(f.fileno(), 0o600)
             if as_root:
-                os.fchown(f.fileno(), uid, gid if gid is not None else -1)
+                os.fchown(f.fileno(), owner, gid if gid is not None else -1)
             f.write(data)
 
         with SafeOutput(directory / name) as out:

@@ -485,8 +485,9 @@ def render_html(report: Report, **_: Any) -> str:
     from crashscope import __version__
 
     # A report read from a file may hold anything: the mappings the view walks are mappings.
-    r = dataclasses.replace(report, **{k: {} for k in ("job", "implicated", "activity", "clock", "coverage", "analysis")
-                                       if not isinstance(getattr(report, k), dict)})
+    empty: dict[str, Any] = {k: {} for k in ("job", "implicated", "activity", "clock", "coverage", "analysis")
+                             if not isinstance(getattr(report, k), dict)}
+    r = dataclasses.replace(report, **empty)
 
     window = crash_window(r)
     zoom = timeline_picture(r, window=window) if window else None
