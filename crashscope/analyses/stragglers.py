@@ -141,7 +141,8 @@ def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tu
     for k, p in per.items():
         groups[p["ops"]].append(k)
     if len(groups) > 1:
-        keep = set(max(groups.values(), key=lambda ks: len(ks)))
+        largest: list[Any] = max(groups.values(), key=len)  # type: ignore[arg-type]
+        keep = set(largest)
         per = {k: p for k, p in per.items() if k in keep}
     # compare like with like: per-step figures when most traces have them
     basis = "step" if sum(p["per"] == "step" for p in per.values()) * 2 >= len(per) else "collective"
