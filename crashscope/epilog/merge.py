@@ -277,6 +277,7 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
     if missing:
         report.missing = list(report.missing) + [f"no shard from node(s) {', '.join(missing[:8])}"]
     _fleet(report, config)  # fills report.history: before the views are rendered
+    unredacted = report  # tickets redact on their own, and fingerprint the real culprit
     report = scrub_report(report, full=bool(getattr(config, "redact", False)))
     texts = render_all(report)
     result = MergeResult(report=report, warnings=[])
@@ -286,7 +287,7 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
         result.warnings.append(f"reports not written to {config.reports_dir}: {type(e).__name__}: {e}")
     if config.copy_to_workdir:
         result.warnings += write_workdir_as_user(job, texts, max(0.5, left()))
-    _ticket(report, config)  # last: a slow ticket service only costs what is left of the budget
+    _ticket(unredacted, config)  # last: a slow ticket service only costs what is left of the budget
     result.seconds = time.monotonic() - t0
     if not force:
         release_lock(job_dir)
@@ -295,19 +296,19 @@ def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, ext
 
 def _fleet(report: Any, config: Any) -> None:
     try:
-        from crashscope import fleet  # type: ignore[attr-defined]
+        from crashscope import fleet
 
         fleet.record(report, config)
-    except Exception:  # noqa: BLE001 - the fleet history is optional; never breaks the epilog
-        pass
+    except Exception as e:  # noqa: BLE001 - the fleet history is optional; never breaks the epilog
+        report.warnings = [*report.warnings, f"fleet history not updated: {type(e).__name__}: {str(e)[:200]}"]
 
 
 def _ticket(report: Any, config: Any) -> None:
     if not (getattr(config, "ticket", None) or {}).get("to"):
         return
     try:
-        from crashscope.tickets import TicketSettings, file_ticket
+        from crashscope.tickets import file_ticket
 
-        file_ticket(report, TicketSettings.from_config(config))
+        file_ticket(report, config)  # a Config: short timeouts and one retry, within the budget
     except Exception:  # noqa: BLE001 - a ticket system that is down never breaks the epilog
         pass
