@@ -149,7 +149,7 @@ FAULT=""
 CONFIG="{config}"
 [ -f "{base}/fault.$SLURM_JOB_ID" ] && FAULT=$(cat "{base}/fault.$SLURM_JOB_ID")
 [ -f "{base}/etc/crashscope.$SLURM_JOB_ID.toml" ] && CONFIG="{base}/etc/crashscope.$SLURM_JOB_ID.toml"
-SLURM_CONF="{base}/etc/slurm.conf" CRASHSCOPE_CONFIG="$CONFIG" CRASHSCOPE_EPILOG_FAULT="$FAULT" "{py}" -I -m crashscope.epilog{extra} </dev/null >>"{base}/log/epilog.out" 2>&1
+SLURM_CONF="{base}/etc/slurm.conf" CRASHSCOPE_CONFIG="$CONFIG" CRASHSCOPE_EPILOG_FAULT="$FAULT" "{py}" -I -B -m crashscope.epilog{extra} </dev/null >>"{base}/log/epilog.out" 2>&1
 rc=$?
 echo "$SLURM_JOB_ID {who} $start $(date +%s.%N) $rc" >> "{base}/epilog-runs.log"
 exit $rc

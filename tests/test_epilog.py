@@ -113,7 +113,7 @@ def _epilog(tmp_path: Path, env_extra: dict[str, str], config: str | None = None
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_fsize, limit_fsize))
 
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-I", "-m", "crashscope.epilog"], env=env, capture_output=True, timeout=60, preexec_fn=limits)
+    p = subprocess.run([sys.executable, "-I", "-B", "-m", "crashscope.epilog"], env=env, capture_output=True, timeout=60, preexec_fn=limits)
     return p.returncode, time.monotonic() - t0
 
 

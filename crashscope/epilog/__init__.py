@@ -18,10 +18,16 @@ guarantees through a real slurmd.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import time
+
+# Never write bytecode from the epilog: it runs as root with resource limits a full disk or
+# a site sets, and a cut .pyc in the installed package breaks every later run (seen here:
+# RLIMIT_FSIZE left a 4 KiB merge.cpython-311.pyc). The wrapper runs python -B as well.
+sys.dont_write_bytecode = True
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
 
 GRACE_S = 0.5  # kept back from the budget for killing and reaping the worker
 LOG_NAME = "epilog.log"
