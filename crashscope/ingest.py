@@ -318,7 +318,7 @@ def ingest_batch(
             if budget is not None and budget.check():  # members of an archive
                 done(FileRecord(item.path, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
                 continue
-            if item.compression is None and "!" not in item.path and item.size is not None and 0 < item.size <= SMALL_FILE_BYTES:
+            if item.compression is None and "!" not in item.path and item.size is not None and 0 < item.size <= min(SMALL_FILE_BYTES, BLOCK_BYTES):
                 data, err = read_head(item.stream, SMALL_FILE_BYTES + 1)
                 if err is None and len(data) <= SMALL_FILE_BYTES:
                     results.append(None)

@@ -348,6 +348,31 @@ def test_repository_rules_pass_schema() -> None:
         assert not errors, f"{p}: {errors}"
 
 
+def test_rule_schema_knows_every_source() -> None:
+    """Adding a source is one module and one registry line; the rule schema's source lists
+    must follow, or a rule matching the new source fails validation."""
+    from crashscope.schema import SOURCE_NAMES
+
+    schema = json.loads((REPO_ROOT / "rules" / "schema.json").read_text())
+    lists: list[list[str]] = []
+
+    def walk(x: object) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "enum" and isinstance(v, list) and "nccl" in v and "kernel" in v:
+                    lists.append(v)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(schema)
+    assert lists
+    for enum in lists:
+        assert set(enum) == set(SOURCE_NAMES)
+
+
 # --- CLI and docs ------------------------------------------------------------------------------
 
 

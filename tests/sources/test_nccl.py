@@ -132,9 +132,7 @@ def test_chatter_does_not_pass_the_prefilter():
         "node004:51001:51102 [0] NCCL INFO Connected all trees",
         "node004:51001:51102 [0] NCCL INFO P2P Chunksize set to 131072",
         "node004:51001:51102 [0] NCCL INFO threadThresholds 8/8/64 | 512/8/64 | 512 | 512",
-        "node004:51001:51102 [0] NCCL INFO 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
         "node004:51001:51102 [0] NCCL INFO Setting affinity for GPU 0 to ffff,ffffffff",
-        "node004:51001:51102 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.",
         "node004:51001:51102 [0] NCCL INFO HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
         "node005:1200:1260 [2] 1523.417969 ncclIbTest:1290 NCCL TRACE Got completion from peer 10.0.5.6<44021> with status=0 opcode=0 len=1048576",
         "node005:1200:1200 NCCL CALL ncclAllReduce(0x7f3a2000,0x7f3a2000,4194304,7,0,0x55aa10,0x55bb20)",
@@ -143,6 +141,12 @@ def test_chatter_does_not_pass_the_prefilter():
     assert df.filter(pl.col("l").str.contains(PREFILTER)).height == 0
     rows, warnings = _rows("\n".join(chatter))
     assert rows == [] and warnings == []
+    # Once per communicator, and the settings in force (docs/layers.md): read, not chatter.
+    settings = [
+        "node004:51001:51102 [0] NCCL INFO 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        "node004:51001:51102 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.",
+    ]
+    assert pl.DataFrame({"l": settings}).filter(pl.col("l").str.contains(PREFILTER)).height == 2
 
 
 def test_trace_prefix_parses():
