@@ -11,7 +11,8 @@ product, top-level commas separate expressions) and adds what a log parser needs
 * Slurm's "no nodes" sentinels (``(null)``, ``None assigned``, ``None``, ``N/A``, empty)
   expand to an empty list.
 
-``expand_ints`` does the same for srun task ranges (``0,2,5-6``).
+``expand_ints`` does the same for srun task ranges (``0,2,5-6``); ``compress_ints`` is its
+inverse, for showing long rank lists.
 """
 
 from __future__ import annotations
@@ -134,3 +135,18 @@ def expand_ints(text: str | None, limit: int = MAX_HOSTS) -> tuple[list[int], bo
 
 
 __all__ = ["MAX_HOSTS", "compress", "estimate_size", "expand", "expand_hosts", "expand_ints"]
+
+
+def compress_ints(values: Iterable[object]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (srun's task-range style, so long rank lists stay
+    readable); anything that is not an int (a bool, None, a string) is left out."""
+    vals = sorted({v for v in values if isinstance(v, int) and not isinstance(v, bool)})
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from crashscope.hostlist import compress_ints
 from crashscope.ingest import IngestResult
 from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events
 
@@ -70,7 +71,7 @@ class SymptomGroup:
             "kind": self.kind,
             "signature": self.signature,
             "count": self.count,
-            "ranks": _compress_ints(self.ranks),
+            "ranks": compress_ints(self.ranks),
             "n_ranks": len(self.ranks),
             "hosts": self.hosts,
             "first": {
@@ -108,20 +109,6 @@ def iso(ns: int | None) -> str | None:
     return datetime.fromtimestamp(sec, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rem // 1000:06d}Z"
 
 
-def _compress_ints(values: list[int]) -> str:
-    """[0,1,2,5,7,8] -> "0-2,5,7-8" (hostlist style; long rank lists stay readable)."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -> Timeline:
     warnings: list[str] = []
     ev = result.events
@@ -149,7 +136,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
         missing = sorted(set(range(world)) - set(ranks_seen))
         if missing:
             warnings.append(
-                f"no events from {len(missing)} of {world} ranks ({_compress_ints(missing)}): their logs may be missing"
+                f"no events from {len(missing)} of {world} ranks ({compress_ints(missing)}): their logs may be missing"
             )
     groups = collapse_symptoms(ev, world)
     hosts = sorted(h for h in ev["host"].drop_nulls().unique().to_list())

@@ -42,3 +42,13 @@ def test_expand_ints():
     assert expand_ints("3-1") == ([], False)
     assert expand_ints("x") == ([], False)
     assert expand_ints("0-99999999") == ([], False)
+
+
+def test_compress_ints_is_the_inverse_of_expand_ints() -> None:
+    from crashscope.hostlist import compress_ints, expand_ints
+
+    assert compress_ints([8, 0, 1, 2, 5, 7, 2]) == "0-2,5,7-8"
+    assert compress_ints([True, None, "3", 4]) == "4"  # only real ints
+    assert compress_ints([]) == ""
+    ints, _ok = expand_ints("0-2,5,7-8")
+    assert compress_ints(ints) == "0-2,5,7-8"

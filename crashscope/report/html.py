@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
+from crashscope.hostlist import compress_ints
 from crashscope.report.model import Report
 from crashscope.report.safe import escape_controls
 
@@ -102,18 +103,7 @@ def _loc(file: Any, line: Any) -> str:
 def _ranks(ranks: Any) -> str:
     if isinstance(ranks, str):
         return _cut(ranks)
-    ints = sorted({r for r in ranks or [] if _int(r)})
-    if not ints:
-        return ""
-    out, start, prev = [], ints[0], ints[0]
-    for r in ints[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(out)
+    return compress_ints(ranks or [])
 
 
 def _gpu(g: Any, node: bool = True) -> str:

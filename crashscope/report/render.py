@@ -13,6 +13,7 @@ import io
 import json
 from typing import Any, Callable
 
+from crashscope.hostlist import compress_ints
 from crashscope.report.model import Report
 from crashscope.report.safe import (
     escape_controls,
@@ -102,18 +103,7 @@ def _where(node: Any, rank: Any, gpu: Any = None) -> str:
 
 
 def _ranks(ranks: list[Any]) -> str:
-    ints = sorted({r for r in ranks if isinstance(r, int) and not isinstance(r, bool)})
-    if not ints:
-        return ""
-    out, start, prev = [], ints[0], ints[0]
-    for r in ints[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(out)
+    return compress_ints(ranks)
 
 
 def _job_line(job: dict[str, Any]) -> str:
