@@ -33,6 +33,17 @@ def test_analyze_json_follows_the_contract() -> None:
     assert {s["kind"] for s in r["sources"]} >= {"unrecognized"}
 
 
+def test_profile_says_where_the_time_went() -> None:
+    res = subprocess.run([sys.executable, "-m", "crashscope", "analyze", str(MINI), "-f", "json", "--profile"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    json.loads(res.stdout)  # the report stays on stdout, untouched
+    head, *rows = res.stderr.splitlines()
+    assert head.startswith("profile: ingest ") and "timeline" in head and "attribution" in head
+    table = {r.split()[0]: r.split() for r in rows[1:] if not r.strip().startswith("slowest")}
+    assert "nccl" in table or "pytorch" in table, res.stderr
+    assert any(r.strip().startswith("slowest files: ") for r in rows)
+
+
 def test_analyze_terminal_and_markdown() -> None:
     res = runner.invoke(app, ["analyze", str(MINI), "--tz", "UTC", "--width", "100"])
     assert res.exit_code == 0

@@ -160,6 +160,31 @@ class _Progress:
             self._progress.stop()
 
 
+def profile_text(report: Any, result: Any, slowest: int = 5) -> str:
+    """Where the time went: the stages, then per source the files, bytes and parse seconds
+    (summed over the worker processes, so they can exceed the ingest's wall time)."""
+    from collections import defaultdict
+
+    from crashscope.report.safe import escape_controls
+
+    stages = (report.analysis or {}).get("stage_seconds") or {}
+    lines = ["profile: " + "  ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f"  (total {(report.analysis or {}).get('seconds', 0):.2f} s)"]
+    per: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for f in result.files:
+        row = per[f.kind]
+        row[0] += 1
+        row[1] += f.bytes
+        row[2] += f.seconds
+    lines.append(f"  {'source':<16} {'files':>7} {'MB':>9} {'parse s':>8} {'MB/s':>8}")
+    for kind, (n, b, s) in sorted(per.items(), key=lambda kv: -kv[1][2]):
+        rate = f"{b / 1e6 / s:8.1f}" if s > 0 else f"{'-':>8}"
+        lines.append(f"  {escape_controls(kind, 16):<16} {int(n):>7} {b / 1e6:>9.1f} {s:>8.2f} {rate}")
+    top = sorted(result.files, key=lambda f: -f.seconds)[:slowest]
+    if top:
+        lines.append("  slowest files: " + ", ".join(f"{escape_controls(f.file, 80)} {f.seconds:.2f} s" for f in top))
+    return "\n".join(lines) + "\n"
+
+
 def _run_analysis(directory: Path, **kw: Any) -> Any:
     try:
         from crashscope.analyze import analyze as run
@@ -195,6 +220,7 @@ def register(app: typer.Typer) -> None:
         fleet: bool = typer.Option(False, "--fleet", help="Record the report in the fleet history and show earlier jobs on its culprit (also when the config sets fleet_url; docs/fleet.md)."),
         redact: Optional[bool] = typer.Option(None, "--redact/--no-redact", help="Replace host names, IPs, users, e-mails, home paths and secrets by stable placeholders (host-3, ip-2, user-1, secret-4) in every view (default: the config's redact; docs/redaction.md)."),
         redact_map: Optional[Path] = typer.Option(None, "--redact-map", metavar="FILE", help="Write the placeholder -> original mapping to FILE (mode 0600, never inside DIRECTORY); implies --redact."),
+        profile: bool = typer.Option(False, "--profile", help="Also print where the time went (stages, each source, the slowest files) on standard error."),
     ) -> None:
         """Attribute a failed job's crash to a cause, with evidence at file:line.
 
@@ -251,6 +277,8 @@ def register(app: typer.Typer) -> None:
         finally:
             if out is not None:
                 out.close()
+        if profile:
+            print(profile_text(report, result), file=sys.stderr, end="")
         if _nothing_readable(result):
             raise typer.Exit(EXIT_NOTHING_READABLE)
         if fail_on_crash and report.cause != "none":
