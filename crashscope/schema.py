@@ -157,6 +157,22 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
+def world_size(ev: pl.DataFrame) -> int | None:
+    """The job's rank count as the events show it: the largest communicator NCCL reports
+    (``nranks``), or one more than the highest rank seen when that is larger (a subgroup's
+    communicator, or logs of ranks beyond the one NCCL line kept). The one definition the
+    timeline and the rule engine share."""
+    best: int | None = None
+    init = ev.filter(pl.col("kind") == Kind.COMM_INIT.value)
+    if init.height:
+        n = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+        best = int(n) if n else None
+    top = ev.select(pl.col("rank").max()).item() if "rank" in ev.columns else None
+    if top is not None:
+        best = max(best or 0, int(top) + 1)
+    return best
+
+
 def conform_events(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` in exactly ``EVENT_SCHEMA``: columns it lacks (events written by an older
     crashscope, a shard, a test's frame) come as nulls, extra ones go, types are cast."""

@@ -28,7 +28,7 @@ import polars as pl
 
 from crashscope.hostlist import compress_ints
 from crashscope.ingest import IngestResult
-from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events
+from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events, world_size
 
 SKEW_THRESHOLD_S = 2.0
 GROUP_MIN_MEMBERS = 2
@@ -130,7 +130,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
     ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
-    world = expected_ranks or _world_size(ev)
+    world = expected_ranks or world_size(ev)
     ranks_seen = sorted(int(r) for r in ev["rank"].drop_nulls().unique().to_list())
     if world and ranks_seen:
         missing = sorted(set(range(world)) - set(ranks_seen))
@@ -324,7 +324,7 @@ def _hosts_by_elimination(ev: pl.DataFrame) -> pl.DataFrame:
     """A rank with no host, when the job's nodes run equal numbers of ranks and only one
     node is short of ranks, is on that node (the stopped rank that wrote nothing naming
     its node, while every other rank's node is known)."""
-    world = _world_size(ev)
+    world = world_size(ev)
     if not world or ev["host"].null_count() == 0:
         return ev
     rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
@@ -645,16 +645,6 @@ def _peer_hosts(ev: pl.DataFrame) -> pl.DataFrame:
         return ev
     upd = pl.DataFrame({"_id": ids, "_a": new}, schema={"_id": pl.UInt32, "_a": pl.String})
     return ev.join(upd, on="_id", how="left").with_columns(pl.coalesce("_a", "attrs").alias("attrs")).drop("_a").sort("_id")
-
-
-def _world_size(ev: pl.DataFrame) -> int | None:
-    init = ev.filter(pl.col("kind") == Kind.COMM_INIT.value)
-    if init.height:
-        n = init.select(_attr("attrs", "nranks", pl.Int32).max()).item()
-        if n:
-            return int(n)
-    ranks = ev["rank"].drop_nulls()
-    return int(ranks.max()) + 1 if ranks.len() else None  # type: ignore[arg-type]  # an integer column
 
 
 def signature_expr() -> pl.Expr:

@@ -168,3 +168,16 @@ def test_year_less_stamps_of_a_past_job_are_dated_in_one_pass(tmp_path) -> None:
     c10 = tl.events.filter(pl.col("file") == "rank0.log").sort("line")
     years = {(line, t.year) for line, t in c10.select("line", "time").iter_rows() if t is not None}
     assert years == {(1, 2024), (2, 2023)}, years
+
+
+def test_one_world_size_for_the_timeline_and_the_rule_engine() -> None:
+    """A subgroup's communicator (nranks 2) must not shrink a job whose ranks reach 15."""
+    from crashscope.engine.evaluate import infer_expected_ranks
+    from crashscope.schema import world_size
+
+    ev = pl.concat([
+        make_event(kind="comm_init", source="nccl", rank=0, attrs={"nranks": 2}),
+        make_event(kind="collective_timeout", source="pytorch", rank=15),
+    ])
+    assert world_size(ev) == 16 == infer_expected_ranks(ev)
+    assert _tl([make_event(kind="comm_init", source="nccl", rank=0, attrs={"nranks": 32})]).world_size == 32

@@ -106,15 +106,9 @@ class _Context:
 
 
 def infer_expected_ranks(events: pl.DataFrame) -> int | None:
-    init = events.filter(pl.col("kind") == "comm_init")
-    best = None
-    if init.height:
-        n = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
-        best = int(n) if n is not None else None
-    mx = events.select(pl.col("rank").max()).item()
-    if mx is not None:
-        best = max(best or 0, int(mx) + 1)
-    return best
+    from crashscope.schema import world_size
+
+    return world_size(events)
 
 
 # --- per-event selections ---------------------------------------------------------------------
