@@ -168,3 +168,52 @@ def test_hang_named_every_time_across_the_recordings(tmp_path: Path) -> None:
         found, _ = _findings(d)
         named += list(found[col.HANG_ID].ranks) == _truth(d)["culprit"]["ranks"]
     assert named == len(HANGS)
+
+
+# --- Nsight Systems traces: who never launched the collective its peers wait in ---------------
+
+def _nsys_fixture():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "data" / "nsys" / "nsys_fixture.py"
+    spec = importlib.util.spec_from_file_location("nsys_fixture", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+@pytest.mark.parametrize("stuck, seed", [(0, 3), (5, 4), (7, 5)])
+def test_traces_name_the_rank_that_never_launched_the_collective(tmp_path: Path, stuck: int, seed: int) -> None:
+    """Real NCCL semantics on the real export schema: the stuck rank's last AllReduce is
+    the previous step's (completed); every peer launched the next one, which never ends."""
+    from crashscope.timeline import build_timeline
+
+    nf = _nsys_fixture()
+    job = nf.plan_job(nodes=2, gpus_per_node=4, seed=seed, steps=6)
+    for r, steps in job["plan"].items():
+        if r == stuck:
+            steps.pop()  # never reached the last step's collective
+        else:
+            steps[-1]["hung"] = True  # launched it; it never completed
+    nf.write_job(tmp_path, job, hosts=["node001", "node002"], epoch_ns=1_789_600_000_000_000_000)
+    tl = build_timeline(ingest(tmp_path))
+    (f,) = col.trace_never_launched(tl.events, tl.world_size)
+    assert f.ranks == (stuck,) and f.hosts == (f"node00{stuck // 4 + 1}",)
+    assert f.cause == "node_failure" and f.weight == col.TRACE_HANG_WEIGHT
+    assert "never launched NCCL call #6" in f.title and f.evidence[0].file.endswith(".sqlite")
+
+
+def test_traces_of_a_healthy_or_merely_cut_capture_name_nobody(tmp_path: Path) -> None:
+    from crashscope.timeline import build_timeline
+
+    nf = _nsys_fixture()
+    job = nf.plan_job(nodes=1, gpus_per_node=4, seed=9, steps=5)
+    nf.write_job(tmp_path, job, hosts=["node001"], epoch_ns=1_789_600_000_000_000_000)
+    tl = build_timeline(ingest(tmp_path))
+    assert col.trace_never_launched(tl.events, tl.world_size) == []  # every last call completed
+    # one rank's last kernel alone left in flight (the fixture's hung_rank): no peer waits on anyone
+    job = nf.plan_job(nodes=1, gpus_per_node=4, seed=9, steps=5, hung_rank=2)
+    d = tmp_path / "one"
+    nf.write_job(d, job, hosts=["node001"], epoch_ns=1_789_600_000_000_000_000)
+    tl = build_timeline(ingest(d))
+    assert col.trace_never_launched(tl.events, tl.world_size) == []

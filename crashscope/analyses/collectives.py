@@ -24,6 +24,12 @@ and sequence number:
   X == Y + 1: the rank entered collective X and waits; X == Y: it never entered the next one and
   is stuck outside. Ranks stuck outside while peers of the same PG wait are named. The
   collective's start is the timeout line's time minus ``ran for`` (else ``Timeout(ms)``).
+* **traces** (Nsight Systems, ``collective_trace`` events: each GPU's last NCCL call, its ordinal
+  among that GPU's NCCL calls and whether it ended): a synchronous collective cannot finish on
+  some members while another never launched it. So when most ranks' last NCCL call #N+1 is in
+  flight (launched and never completed, or still running at the end of the capture) and some
+  ranks' last call is a completed #N, those never launched #N+1: they are named. Only a gap of
+  exactly one call is read (captures that started late number their calls differently).
 """
 
 from __future__ import annotations
@@ -36,11 +42,14 @@ from typing import Any
 import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
+from crashscope.hostlist import compress_ints
 from crashscope.schema import Kind
 
 HANG_ID = "fr-hang"
 MISMATCH_ID = "fr-mismatch"
 WATCHDOG_ID = "watchdog-stuck-outside"
+TRACE_HANG_ID = "nsys-never-launched"
+TRACE_HANG_WEIGHT = 0.55  # the traces say who never launched, not why
 HANG_WEIGHT = 0.6  # every member's dump present: the rank that never entered is named
 HANG_PARTIAL_WEIGHT = 0.45  # some members' dumps missing: they might be missing too
 NO_DUMP_WEIGHT = 0.35  # nothing diverges among the dumps present: only the undumped can be missing
@@ -382,6 +391,43 @@ def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Find
             actions=("Look at what the named ranks were doing at the collective's start (their stack, data loading, I/O).",),
         ))
     return out
+
+
+def trace_never_launched(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """From each GPU's last NCCL call in its Nsight Systems trace (see the module docstring)."""
+    t = events.filter((pl.col("kind") == Kind.COLLECTIVE_TRACE.value) & pl.col("rank").is_not_null())
+    if t.height < 2:
+        return []
+    last: dict[int, tuple[int, bool, dict[str, Any]]] = {}
+    for row in t.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
+        a = _attrs(row["attrs"])
+        seq, state = a.get("seq"), a.get("state")
+        if not isinstance(seq, int) or state not in ("completed", "running_at_capture_end", "launched_not_completed"):
+            continue
+        rank = int(row["rank"])
+        if rank not in last or seq > last[rank][0]:
+            last[rank] = (seq, state != "completed", row)
+    in_flight = {r for r, (_, open_, _) in last.items() if open_}
+    if len(in_flight) * 2 <= len(last):
+        return []  # most ranks finished their last call: no collective is hung here
+    n1 = Counter(last[r][0] for r in in_flight).most_common(1)[0][0]
+    stuck = sorted(r for r, (seq, open_, _) in last.items() if not open_ and seq == n1 - 1)
+    if not stuck:
+        return []
+    waiting = sorted(r for r in in_flight if last[r][0] == n1)
+    op = _attrs(last[waiting[0]][2]["attrs"]).get("op") if waiting else None
+    ev = [_evidence(last[r][2]) for r in stuck] + [_evidence(last[r][2]) for r in waiting]
+    title = (f"Rank {', '.join(map(str, stuck))} never launched NCCL call #{n1}{f' ({op})' if op else ''}, which rank(s) "
+             f"{compress_ints(waiting)} launched and were still in when the trace ended")
+    return [Finding(
+        rule_id=TRACE_HANG_ID, title=title, cause="node_failure", role="cause", status="stable", weight=TRACE_HANG_WEIGHT,
+        first_time=min((x.time for x in ev[: len(stuck)] if x.time is not None), default=None), count=len(last),
+        hosts=_hosts([last[r][2] for r in stuck], set(stuck)), ranks=tuple(stuck), gpus=(), evidence=tuple(ev[:MAX_EVIDENCE]),
+        explanation=("In the GPU traces, the named ranks' last NCCL kernel completed while their peers' next one was launched "
+                     "and never completed: the peers wait in a collective the named ranks never reached."),
+        actions=("Look at what the named ranks were doing after their last NCCL call (stack, data loading, I/O, a CPU "
+                 "stall); py-spy dump on a live hang, or a Flight Recorder dump, shows it.",),
+    )]
 
 
 def _collective_start(events: pl.DataFrame, seq: int, ranks: list[int]) -> str | None:
