@@ -63,6 +63,8 @@ def test_wheel_contains_rules_and_data(wheel: Path) -> None:
     for p in sorted((ROOT / "crashscope" / "catalogs").glob("*.yaml")) if (ROOT / "crashscope" / "catalogs").is_dir() else []:
         assert f"crashscope/catalogs/{p.name}" in names, p.name
     assert "crashscope/py.typed" in names
+    for t in sorted((ROOT / "crashscope" / "report" / "templates").glob("*.j2")):  # the HTML view's templates
+        assert f"crashscope/report/templates/{t.name}" in names, t.name
     assert not any("__pycache__" in n for n in names)
 
 
@@ -114,6 +116,10 @@ def test_installed_wheel_analyzes_the_sample_job_with_rules(venv: Path, tmp_path
     assert report["evidence"] and all(e["rule"] for e in report["evidence"])
     assert not any("no detection rules" in w for w in report["warnings"])
     assert not list(tmp_path.iterdir())  # nothing written to the working directory
+
+    html = _run([exe, "analyze", str(SAMPLE), "--format", "html"], cwd=tmp_path, env=_clean_env())
+    assert html.returncode == 0, html.stderr[-2000:]
+    assert html.stdout.lstrip().lower().startswith("<!doctype html") and "fabric_timeout" in html.stdout and "<svg" in html.stdout
 
     term = _run([exe, "analyze", str(SAMPLE)], cwd=tmp_path, env=_clean_env())
     assert term.returncode == 0 and term.stdout.startswith("crashscope: fabric_timeout"), term.stderr[-2000:]
