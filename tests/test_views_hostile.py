@@ -1,6 +1,6 @@
 """Log text is data: every view on every job we have, and on hostile input.
 
-For every job directory (fixtures/jobs, fixtures/recorded, tests/data/real: globbed now, so
+For every job directory (fixtures/jobs, fixtures/recorded, fixtures/recorded_fr, tests/data/real: globbed now, so
 corpora other people add are covered) and for a hostile corpus generated here (rich markup,
 ANSI/OSC/DCS escapes, C1 controls, carriage returns, NUL, bidi overrides, zero-width and
 odd Unicode, 1 MB lines, file names with control characters, newlines and invalid UTF-8):
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _job_dirs() -> list[Path]:
     out: list[Path] = []
-    for base in (ROOT / "fixtures" / "jobs", ROOT / "fixtures" / "recorded", ROOT / "tests" / "data" / "real"):
+    for base in (ROOT / "fixtures" / "jobs", ROOT / "fixtures" / "recorded", ROOT / "fixtures" / "recorded_fr", ROOT / "tests" / "data" / "real"):
         if base.is_dir():
             out += sorted(p for p in base.iterdir() if p.is_dir())
     return out
