@@ -217,3 +217,96 @@ def test_traces_of_a_healthy_or_merely_cut_capture_name_nobody(tmp_path: Path) -
     nf.write_job(d, job, hosts=["node001"], epoch_ns=1_789_600_000_000_000_000)
     tl = build_timeline(ingest(d))
     assert col.trace_never_launched(tl.events, tl.world_size) == []
+
+
+# --- the dump's initiator versus the ranks notified by its signal ------------------------------
+
+_TAIL = ("and we will try our best to dump the debug info. Last enqueued NCCL work: {enq}, last completed NCCL work: {comp}."
+         "This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of "
+         "collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, this "
+         "can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. "
+         "NCCL), etc. ")
+
+
+def _signal_lines(initiator: int, notified: list[int], *, own_log: bool = True) -> str:
+    """ProcessGroupNCCL's lines around a dump on timeout (torch 2.4+ ProcessGroupNCCL.cpp): the
+    initiator's watchdog timeout, its ``First PG on this rank to signal dumping`` and its monitor's
+    ``from this local rank``; each notified rank's ``Observed flight recorder dump signal`` and
+    ``from  rank N`` (two spaces: the message is built as ``from `` + `` rank N``)."""
+    pre = "[rank{r}]:[E1201 13:5{m}:{s:02d}.1{r}0000000 ProcessGroupNCCL.cpp:{ln}] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+    out = []
+    if own_log:
+        r = initiator
+        out.append(pre.format(r=r, m=2, s=10, ln=632) + "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+                   "OpType=ALLREDUCE, NumelIn=3, NumelOut=3, Timeout(ms)=5000) ran for 5012 milliseconds before timing out.")
+        out.append(pre.format(r=r, m=2, s=10, ln=2271) + " failure detected by watchdog at work sequence id: 7 PG status: "
+                   "last enqueued work: 7, last completed work: 6")
+        out.append(pre.format(r=r, m=2, s=10, ln=2106) + "First PG on this rank to signal dumping.")
+        out.append(pre.format(r=r, m=2, s=11, ln=1746) + "Received a dump signal due to a collective timeout from this local rank "
+                   + _TAIL.format(enq=7, comp=6))
+    for r in notified:
+        out.append(pre.format(r=r, m=2, s=12, ln=1794) + "Observed flight recorder dump signal from another rank via TCPStore.")
+        out.append(pre.format(r=r, m=2, s=12, ln=1858) + f"Received a dump signal due to a collective timeout from  rank {initiator} "
+                   + _TAIL.format(enq=7, comp=6))
+    return "\n".join(out) + "\n"
+
+
+def test_dump_origin_names_the_initiator_and_the_notified() -> None:
+    from crashscope.sources.base import ParseOptions
+
+    df, _ = parse_text("pytorch", _signal_lines(1, [0, 3]), options=ParseOptions(year=2026))
+    o = col.dump_origin(df)
+    assert o.initiator == 1 and "collective timed out" in o.initiator_how
+    assert sorted(o.notified) == [0, 3] and all(by == 1 for by, _ in o.notified.values())
+    ev = o.evidence(dumped={0, 1, 3}, expected={0, 1, 2, 3})
+    assert ev[0].rank == 1 and "fired first" in ev[0].message
+    assert "rank(s) 2 logged no dump signal" in ev[0].message  # the one that never answered
+    assert [e.rank for e in ev[1:]] == [0, 3] and all("notified" in e.message for e in ev[1:])
+    # the initiator's own log missing: the notified ranks name it
+    df2, _ = parse_text("pytorch", _signal_lines(1, [0, 3], own_log=False), options=ParseOptions(year=2026))
+    o2 = col.dump_origin(df2)
+    assert o2.initiator == 1 and "named by 2 notified" in o2.initiator_how and 1 not in o2.notified
+
+
+def test_dump_origin_the_earliest_own_watchdog_is_the_initiator() -> None:
+    from crashscope.sources.base import ParseOptions
+
+    # rank 3 timed out on its own too, a second later than rank 0: rank 0 initiated
+    lines = _signal_lines(0, [1]) + _signal_lines(3, [], own_log=True).replace("13:52:10", "13:52:11")
+    df, _ = parse_text("pytorch", lines, options=ParseOptions(year=2026))
+    o = col.dump_origin(df)
+    assert o.initiator == 0 and sorted(o.self_fired) == [0, 3] and sorted(o.notified) == [1]
+    assert "rank(s) 3 timed out on their own later" in o.evidence(set(), {0, 1, 2, 3})[0].message
+    # no dump-signal line at all (TORCH_NCCL_DUMP_ON_TIMEOUT off): no silence is read into it
+    only_timeouts = "\n".join(ln for ln in lines.splitlines() if "dump signal" not in ln)
+    df3, _ = parse_text("pytorch", only_timeouts, options=ParseOptions(year=2026))
+    o3 = col.dump_origin(df3)
+    assert o3.initiator == 0 and not o3.notified and "logged no dump signal" not in o3.evidence(set(), {0, 1, 2, 3})[0].message
+
+
+def test_hang_evidence_says_who_initiated_and_whose_dump_is_missing(tmp_path: Path) -> None:
+    case = FR / "hang_rank2"
+    want = _truth(case)["culprit"]["ranks"]
+    d = _without(case, tmp_path, [1])
+    # rank 0 waited in the collective and its watchdog fired; ranks 1 and 3 dumped on its signal;
+    # the stopped rank 2 never answered it
+    (d / "rank_signals.log").write_text(_signal_lines(0, [1, 3]))
+    found, ev = _findings(d)
+    f = found[col.HANG_ID]
+    assert list(f.ranks) == want and f.weight == col.HANG_PARTIAL_WEIGHT
+    assert "rank 0's watchdog fired first and signalled the dump; rank(s) 1,3 were notified by its signal" in f.title
+    origin = next(e for e in f.evidence if "fired first" in e.message)
+    assert origin.rank == 0
+    assert "no dump here from rank(s) 1, which got the signal" in origin.message
+    assert "rank(s) 2 logged no dump signal" in origin.message
+    assert any(e.rank == 1 and "notified" in e.message for e in f.evidence)
+    assert col.missing_dumps(ev, 4) == [1]
+
+
+def test_watchdog_finding_names_the_initiator() -> None:
+    from crashscope.sources.base import ParseOptions
+
+    df, _ = parse_text("pytorch", _watchdog_lines(), options=ParseOptions(year=2026))
+    (f,) = col.watchdog_stuck_outside(df, 4)
+    assert "rank 0's watchdog fired first and signalled the dump; rank(s) 2 were notified by its signal" in f.title
+    assert f.evidence[0].rank == 2 and f.evidence[1].rank == 0 and "fired first" in f.evidence[1].message

@@ -24,6 +24,15 @@ and sequence number:
   X == Y + 1: the rank entered collective X and waits; X == Y: it never entered the next one and
   is stuck outside. Ranks stuck outside while peers of the same PG wait are named. The
   collective's start is the timeout line's time minus ``ran for`` (else ``Timeout(ms)``).
+* **dump origin** (log lines, any finding above): ProcessGroupNCCL's watchdog that sees a timeout
+  (or an error) first writes its own rank into the store's dump key (``broadcastDumpSignal``) and its
+  heartbeat monitor logs ``Received a dump signal due to a collective timeout from this local rank``;
+  every other rank's monitor polls the key, logs ``Observed flight recorder dump signal from another
+  rank via TCPStore`` and ``... from  rank N`` (N read from the key) and dumps too. The rank whose
+  watchdog fired first (its collective timeout, failure-detected or own-signal line, earliest) is the
+  **initiator**; ranks that dumped on a peer's signal are **notified**; ranks that logged neither
+  never answered the signal (dead, frozen, or their log is not here). The dumps carry no such
+  field: this comes from the logs only (:func:`dump_origin`).
 * **traces** (Nsight Systems, ``collective_trace`` events: each GPU's last NCCL call, its ordinal
   among that GPU's NCCL calls and whether it ended): a synchronous collective cannot finish on
   some members while another never launched it. So when most ranks' last NCCL call #N+1 is in
@@ -40,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import regex
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.hostlist import compress_ints
@@ -59,6 +69,108 @@ MAX_EVIDENCE = 10
 DEFAULT_PG_DESC = "default_pg"
 # ops whose per-rank sizes may differ by design (all_to_all splits, root-only gather/scatter buffers)
 _UNEVEN_OPS = ("all_to_all", "alltoall", "gather", "scatter", "send", "recv")
+
+
+_SIGNAL_FROM = regex.compile(r"dump signal due to a collective timeout from\s+(?:(?P<local>this local rank)|rank\s+(?P<rank>-?\d{1,9}))")
+
+
+@dataclass
+class DumpOrigin:
+    """Who started the Flight Recorder dump and who dumped on its signal (see the module docstring)."""
+
+    initiator: int | None = None
+    initiator_row: dict[str, Any] | None = None
+    initiator_how: str = ""  # what says its watchdog fired first
+    self_fired: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its earliest own-watchdog row
+    notified: dict[int, tuple[int | None, dict[str, Any]]] = field(default_factory=dict)  # rank -> (named initiator, row)
+
+    def evidence(self, dumped: set[int], expected: set[int]) -> list[Evidence]:
+        """The initiator's line first, then one line per notified rank (capped by the caller)."""
+        if self.initiator is None:
+            return []
+        out = []
+        later = sorted(r for r in self.self_fired if r != self.initiator)
+        note = [f"rank {self.initiator}'s watchdog fired first ({self.initiator_how}) and signalled every rank to dump"]
+        if self.notified:
+            note.append(f"rank(s) {compress_ints(sorted(self.notified))} were notified by its signal")
+        if later:
+            note.append(f"rank(s) {compress_ints(later)} timed out on their own later")
+        # only where the signal evidently went round (some rank logged it) is silence telling
+        silent = sorted((expected - set(self.notified) - set(self.self_fired)) - {self.initiator}) if self.notified else []
+        if silent:
+            note.append(f"rank(s) {compress_ints(silent)} logged no dump signal (dead, frozen, or no log here)")
+        unanswered = sorted((set(self.notified) | set(self.self_fired)) - dumped) if dumped else []
+        if unanswered:
+            note.append(f"no dump here from rank(s) {compress_ints(unanswered)}, which got the signal: collect it from their node")
+        if self.initiator_row is not None:
+            out.append(_evidence(self.initiator_row, "; ".join(note)))
+        for r, (by, row) in sorted(self.notified.items()):
+            out.append(_evidence(row, f"rank {r} was notified (dump signal from rank {by if by is not None and by >= 0 else '?'}), "
+                                      "its watchdog had not fired"))
+        return out
+
+    def summary(self) -> str:
+        if self.initiator is None:
+            return ""
+        s = f"rank {self.initiator}'s watchdog fired first and signalled the dump"
+        if self.notified:
+            s += f"; rank(s) {compress_ints(sorted(self.notified))} were notified by its signal"
+        return s
+
+
+def _t_of(row: dict[str, Any]) -> int | None:
+    t = row.get("_t")
+    if t is None and row.get("time") is not None:
+        t = int(row["time"].timestamp() * 1_000_000_000)
+    return t
+
+
+def dump_origin(events: pl.DataFrame) -> DumpOrigin:
+    """The dump's initiator and the ranks notified by its signal, from ProcessGroupNCCL's lines:
+    the collective timeout, ``failure detected by watchdog`` and ``Received a dump signal ... from
+    this local rank`` (the rank's own watchdog fired) versus ``... from  rank N`` (a peer's signal)."""
+    out = DumpOrigin()
+    if events.height == 0:
+        return out
+    w = events.filter(
+        pl.col("rank").is_not_null()
+        & (
+            (pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value)
+            | ((pl.col("kind") == Kind.WATCHDOG_ERROR.value) & pl.col("attrs").str.contains('"failure_detected"', literal=True).fill_null(False))
+            | ((pl.col("kind") == Kind.HEARTBEAT_TIMEOUT.value) & pl.col("message").str.contains("dump signal", literal=True).fill_null(False))
+        )
+    )
+    if w.height == 0:
+        return out
+    named: Counter[int] = Counter()
+    for row in w.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).sort("_t", nulls_last=True).iter_rows(named=True):
+        r = int(row["rank"])
+        how = {Kind.COLLECTIVE_TIMEOUT.value: "its collective timed out", Kind.WATCHDOG_ERROR.value: "failure detected by its watchdog"}.get(
+            str(row["kind"]), "dump signal from this local rank")
+        if str(row["kind"]) == Kind.HEARTBEAT_TIMEOUT.value:
+            m = _SIGNAL_FROM.search(row.get("message") or "")
+            if m is None:
+                continue
+            if m.group("rank") is not None:
+                by = int(m.group("rank"))
+                if r not in out.notified and r not in out.self_fired:
+                    out.notified[r] = (by if by >= 0 else None, row)
+                if by >= 0 and by != r:
+                    named[by] += 1
+                continue
+        if r in out.notified:
+            continue  # its monitor saw the peer's signal first: its own timeout came later
+        if r not in out.self_fired:
+            out.self_fired[r] = row | {"_how": how}
+    if out.self_fired:
+        first = min(out.self_fired.items(), key=lambda kv: (_t_of(kv[1]) is None, _t_of(kv[1]) or 0, kv[0]))
+        out.initiator, out.initiator_row = first[0], first[1]
+        out.initiator_how = str(first[1].get("_how") or "")
+    elif named:  # the initiator's own log is not here: the notified ranks name it
+        out.initiator = named.most_common(1)[0][0]
+        out.initiator_how = f"named by {sum(named.values())} notified rank(s); its own log is not here"
+        out.initiator_row = next(row for _, (by, row) in sorted(out.notified.items()) if by == out.initiator)
+    return out
 
 
 @dataclass
@@ -233,7 +345,11 @@ def _hang(entries: list[dict[str, Any]], dumps: _Dumps, events: pl.DataFrame) ->
                                 f"rank {r}'s last collective in {name}: #{final['seq']} {final['op']} ({final['state']}); nothing after it"))
         elif r in dumps.rows:
             ev.append(_evidence(dumps.rows[r], f"rank {r}'s dump holds no collective of {name}"))
-    for p in present[: MAX_EVIDENCE - len(ev)]:
+    origin = dump_origin(events)
+    if origin.initiator is not None:
+        title += f"; {origin.summary()}"
+        ev.extend(origin.evidence(dumps.ranks, dumps.expected)[: max(1, MAX_EVIDENCE - len(ev) - 1)])
+    for p in present[: max(0, MAX_EVIDENCE - len(ev))]:
         ev.append(_evidence(p["row"] | {"_t": p["_t"]}, f"rank {p['rank']} entered #{seq} {p['op']} of {name}: {p['state']}"))
     rows = [e["row"] for e in entries]
     return Finding(
@@ -291,14 +407,22 @@ def _undumped(entries, dumps: _Dumps, missing_dump: list[int], members: set[int]
     for e in entries:
         if e["rank"] not in last_by_rank or (e["_t"] or 0) > (last_by_rank[e["rank"]]["_t"] or 0):
             last_by_rank[e["rank"]] = e
-    ev = [_evidence(e["row"] | {"_t": e["_t"]}, f"rank {r} dumped while in #{e['seq']} {e['op']} of PG {e['pg']} ({e['state']})")
-          for r, e in sorted(last_by_rank.items())][:MAX_EVIDENCE]
+    origin = dump_origin(events)
+    ev = origin.evidence(dumps.ranks, dumps.expected)[:1]
+    ev += [_evidence(e["row"] | {"_t": e["_t"]}, f"rank {r} dumped while in #{e['seq']} {e['op']} of PG {e['pg']} ({e['state']})")
+           for r, e in sorted(last_by_rank.items())][: MAX_EVIDENCE - len(ev)]
+    signalled = ""
+    if origin.initiator is not None:
+        signalled = f"; {origin.summary()}"
+        if quiet := sorted(set(cands) - set(origin.notified) - set(origin.self_fired)):
+            signalled += f", and rank(s) {', '.join(map(str, quiet))} logged no dump signal either"
     return Finding(
         rule_id=HANG_ID,
         title=(f"No Flight Recorder dump from rank(s) {', '.join(map(str, cands))}, while the {len(dumps.ranks)} dumped rank(s) "
-               "agree and failed waiting: the undumped ranks are the only ones that can be missing from the collective"),
+               f"agree and failed waiting: the undumped ranks are the only ones that can be missing from the collective{signalled}"),
         cause="node_failure", role="cause", status="stable", weight=NO_DUMP_WEIGHT,
-        first_time=min((x.time for x in ev if x.time is not None), default=None), count=len(cands), hosts=(),
+        first_time=min((x.time for x in ev[1 if origin.initiator is not None else 0:] if x.time is not None), default=None),
+        count=len(cands), hosts=(),
         ranks=tuple(cands), gpus=(), evidence=tuple(ev),
         explanation=("A rank that stopped (killed, frozen, its node gone) writes no dump; the others' dumps all end in the "
                      "same collective. Collect the missing dumps (node-local /tmp by default) to confirm."),
@@ -377,11 +501,16 @@ def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Find
         if not stuck:
             continue
         start = _collective_start(events, seq, sorted(waits))
-        ev = [_evidence(ranks[r][2], None) for r in stuck] + [_evidence(ranks[r][2], None) for r in sorted(waits)]
+        origin = dump_origin(events)
+        ev = [_evidence(ranks[r][2], None) for r in stuck]
+        ev += origin.evidence(set(), set(ranks))[:1]
+        ev += [_evidence(ranks[r][2], None) for r in sorted(waits)]
         title = (f"Rank {', '.join(map(str, stuck))} never entered collective #{seq} of PG {pg} (last enqueued = last completed), "
                  f"while rank(s) {', '.join(map(str, sorted(waits)[:16]))} entered it and waited (last enqueued = completed + 1)")
         if start:
             title += f"; the collective started at {start}"
+        if origin.initiator is not None:
+            title += f"; {origin.summary()}"
         out.append(Finding(
             rule_id=WATCHDOG_ID, title=title, cause="node_failure", role="cause", status="stable", weight=WATCHDOG_WEIGHT,
             first_time=min((x.time for x in ev[: len(stuck)] if x.time is not None), default=None), count=len(ranks),
