@@ -335,25 +335,11 @@ def _failure_time(symptoms: list[Any], causes: list[Any], ev: pl.DataFrame) -> i
 
 
 def job_outcome(ev: pl.DataFrame) -> str | None:
-    """The job's final Slurm state (job row, not steps), if any record says it."""
-    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
-    if st.height == 0:
-        return None
-    states: list[tuple[int, str]] = []
-    for attrs, src in st.select("attrs", pl.col("source").cast(pl.String)).iter_rows():
-        try:
-            a = json.loads(attrs or "{}")
-        except ValueError:
-            continue
-        if a.get("step") not in (None, "", "batch"):
-            continue
-        s = str(a.get("state") or "").split()[0].upper() if a.get("state") else ""
-        if s:
-            states.append((0 if src == "sacct" else 1, s))
-    if not states:
-        return None
-    states.sort()
-    return states[0][1]
+    """The job's final Slurm state: :func:`crashscope.slurm_state.final_state` (one rule, shared
+    with the classifier's features)."""
+    from crashscope.slurm_state import final_state
+
+    return final_state(ev)
 
 
 # Error events of these kinds mean the job (or a rank) failed even when no rule names a

@@ -46,6 +46,7 @@ import polars as pl
 
 from crashscope.engine.model import Finding
 from crashscope.schema import CAUSES, Kind
+from crashscope.slurm_state import final_state
 from crashscope.timeline import Timeline
 
 # Bump when the meaning of any feature changes (the list check alone catches renames only).
@@ -145,7 +146,7 @@ def extract(timeline: Timeline, findings: Sequence[Finding]) -> dict[str, float]
         _versions(f, ev.filter(kinds == Kind.VERSION.value))
         _telemetry(f, ev, counts)
         _coverage(f, timeline, world)
-        _slurm(f, ev, counts)
+        _slurm(f, ev, counts, timeline.job_id)
         _application(f, ev, t_sym, max(world, 1))
     else:
         f["slurm:missing"] = 1.0
@@ -309,17 +310,10 @@ def _coverage(f: dict[str, float], tl: Timeline, world: int) -> None:
         f["log_duration_min"] = math.log1p((span.max() - span.min()).total_seconds() / 60.0)  # type: ignore[operator,union-attr]
 
 
-def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int]) -> None:
-    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
-    state = None
-    if st.height:
-        d = st.select(_attr("state").alias("s"), _attr("step").alias("step"), "time", "source").filter(pl.col("s").is_not_null())
-        # The job row (no step) from sacct is the final verdict; else the latest record.
-        job = d.filter(pl.col("step").is_null())
-        pick = job if job.height else d
-        if pick.height:
-            pick = pick.sort("time", nulls_last=False)
-            state = str(pick["s"][-1]).split()[0].upper().rstrip("+")
+def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int], job_id: str | None = None) -> None:
+    # the same final state the verdict reads (crashscope.slurm_state: sacct's job row, else another
+    # job-level record, else the batch step; the latest of the first tier that has one)
+    state = final_state(ev, job_id)
     if state is None:
         f["slurm:missing"] = 1.0
     elif state in SLURM_STATES:
