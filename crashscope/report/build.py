@@ -1,0 +1,276 @@
+"""Assemble the :class:`~crashscope.report.model.Report` from the three things the
+pipeline produced: the ingest result (files, sources, bytes), the aligned timeline and the
+verdict. Everything here is a fact read off those; nothing decides a cause."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import polars as pl
+
+from crashscope.engine.model import Finding
+from crashscope.ingest import IngestResult
+from crashscope.layers import apply_layers
+from crashscope.report.events import event_json, iso_ns
+from crashscope.report.model import Report
+from crashscope.schema import Kind
+from crashscope.timeline import Timeline, attrs_of, iso, signature_expr
+from crashscope.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+# The verdict's fields, copied onto the report as they are.
+VERDICT_FIELDS = ("cause", "confidence", "alternatives", "implicated", "first_failure", "evidence", "actions",
+                  "co_occurring", "summary", "timeline_excerpt", "classifier", "missing")
+ANOMALY_LIMIT = 15
+SYMPTOM_LIMIT = 20
+
+
+def build_report(
+    result: IngestResult,
+    tl: Timeline,
+    verdict: Verdict,
+    findings: Iterable[Finding] = (),
+    *,
+    events: pl.DataFrame | None = None,
+    root: Path | str | None = None,
+    warnings: Iterable[str] = (),
+    finding_warnings: Iterable[str] = (),
+) -> Report:
+    """The report of one analysis.
+
+    ``events`` are this job's events (the timeline's, less other jobs' lines) that the
+    layer check reads; ``root`` is where evidence lines are read back for their context
+    (None: no context); ``warnings`` (deduplicated) come first, then ``finding_warnings``
+    (rule and analysis failures) as they are."""
+    ev = tl.events
+    nodes = sorted(set(tl.hosts) | set(job_nodes(ev)))
+    report = Report(job={"id": tl.job_id, "nodes": nodes, "ranks": tl.world_size})
+    report.warnings = dedupe(warnings) + list(finding_warnings)
+    report.sources = result.sources_summary()
+    report.coverage = coverage(result, tl)
+    report.symptoms = [g.to_json() for g in tl.groups[:SYMPTOM_LIMIT]]
+    report.anomalies = anomalies(ev)
+    report.clock = {"skew_s": tl.skew_s, "start": iso(tl.start), "end": iso(tl.end), "quality": quality_counts(ev)}
+    report.activity = activity(ev)
+    for name in VERDICT_FIELDS:
+        setattr(report, name, getattr(verdict, name))
+    try:
+        apply_layers(report, events if events is not None else ev, list(findings), tl.hosts)
+    except Exception as exc:  # noqa: BLE001 - the layer check must not cost the verdict
+        log.exception("layer check failed")
+        report.warnings.append(f"layer check failed ({type(exc).__name__}: {exc})")
+    if root is not None:
+        evidence_context(Path(root), report)
+    return report
+
+
+def dedupe(items: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for w in items:
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def job_nodes(ev: pl.DataFrame) -> list[str]:
+    """Allocation nodes from Slurm records (so a node that left no logs is still listed)."""
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    nodes: set[str] = set()
+    for a in st["attrs"].drop_nulls().to_list():
+        try:
+            v = json.loads(a).get("nodes")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(v, list):
+            nodes.update(str(x) for x in v if isinstance(x, str) and len(v) <= 10_000)
+    return sorted(nodes)
+
+
+def quality_counts(ev: pl.DataFrame) -> dict[str, int]:
+    return {str(k): int(v) for k, v in sorted(ev.group_by("time_quality").len().iter_rows(), key=lambda kv: str(kv[0]))}
+
+
+def coverage(result: IngestResult, tl: Timeline) -> dict[str, Any]:
+    kinds = Counter(f.kind for f in result.files)
+    per_host: dict[str, dict[str, Any]] = defaultdict(lambda: {"events": 0, "sources": [], "ranks": 0})
+    ev = tl.events
+    if ev.height:
+        by = ev.group_by("host").agg(
+            pl.len().alias("events"),
+            pl.col("source").cast(pl.String).unique().sort().alias("sources"),
+            pl.col("rank").drop_nulls().n_unique().alias("ranks"),
+            pl.col("time").min().alias("first"),
+            pl.col("time").max().alias("last"),
+        )
+        for row in by.iter_rows(named=True):
+            per_host[row["host"] or "?"] = {
+                "events": row["events"],
+                "sources": list(row["sources"]),
+                "ranks": row["ranks"],
+                "first": row["first"].isoformat() if row["first"] else None,
+                "last": row["last"].isoformat() if row["last"] else None,
+            }
+    return {
+        "files": len(result.files),
+        "recognized": sum(v for k, v in kinds.items() if k not in ("unrecognized", "unreadable")),
+        "unrecognized": kinds.get("unrecognized", 0),
+        "unreadable": kinds.get("unreadable", 0),
+        "bytes": result.bytes_read,
+        "events": ev.height,
+        "hosts": dict(sorted(per_host.items())),
+        "ranks_seen": len(tl.ranks_seen),
+        "ranks_expected": tl.world_size,
+    }
+
+
+def missing_data(tl: Timeline) -> list[str]:
+    """The data whose absence lowers confidence (``Report.missing``, given to the verdict)."""
+    ev = tl.events
+    nodes = sorted(set(tl.hosts) | set(job_nodes(ev)))
+    out = []
+    if ev.height == 0:
+        return ["no recognizable log lines at all"]
+    kernel_hosts = set(ev.filter(pl.col("source") == "kernel")["host"].drop_nulls().unique().to_list())
+    no_kernel = [n for n in nodes if n not in kernel_hosts]
+    if no_kernel and len(no_kernel) < len(nodes):
+        out.append(f"no kernel log (dmesg/journal) for {len(no_kernel)} node(s): {', '.join(no_kernel[:8])}{' ...' if len(no_kernel) > 8 else ''}")
+    elif nodes and not kernel_hosts:
+        out.append("no kernel logs (dmesg/journal) for any node: Xid, NIC and storage errors cannot be seen")
+    if not ev.filter(pl.col("source").is_in(["slurm", "sacct"])).height:
+        out.append("no Slurm records (job output banners, sacct, slurmctld): scheduler actions cannot be seen")
+    if tl.world_size and len(tl.ranks_seen) < tl.world_size:
+        out.append(f"events from {len(tl.ranks_seen)} of {tl.world_size} ranks")
+    return out
+
+
+def anomalies(ev: pl.DataFrame, limit: int = ANOMALY_LIMIT) -> list[dict[str, Any]]:
+    """The earliest distinct warnings/errors: the first place to look."""
+    bad = ev.filter(pl.col("severity").cast(pl.String).is_in(["warning", "error", "critical"]))
+    if bad.height == 0:
+        return []
+    bad = bad.with_columns(signature_expr().alias("_sig")).sort(["time", "file", "line"], nulls_last=True)
+    first = bad.group_by(["kind", "_sig"], maintain_order=True).agg(
+        pl.all().first(), pl.len().alias("count"), pl.col("rank").n_unique().alias("n_ranks")
+    )
+    return [event_json(r) | {"count": r["count"]} for r in first.head(limit).iter_rows(named=True)]
+
+
+# --- per rank / per host facts and evidence context (the HTML view) --------------------------
+
+# What a rank's own process writes: its last such line is its last sign of life. Telemetry,
+# inventory and kernel lines carry a rank through its GPU but go on after the rank died.
+_RANK_SOURCES = ("nccl", "pytorch", "applog", "torchelastic", "catalog")
+_NOT_ACTIVITY = (Kind.VERSION.value, Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value, Kind.XID.value, Kind.SXID.value)
+MAX_COMPONENTS = 40
+
+
+def activity(ev: pl.DataFrame) -> dict[str, Any]:
+    """``Report.activity``: each rank's first and last line (time, kind, file:line) and each
+    host's versions, GPU count, serious clock-slowdown reasons, Xids and time span."""
+    if ev.height == 0:
+        return {"ranks": [], "hosts": []}
+    from crashscope.sources.nvidia_smi import SERIOUS_REASONS
+
+    kind, src = pl.col("kind").cast(pl.String), pl.col("source").cast(pl.String)
+    own = ev.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null() & src.is_in(_RANK_SOURCES) & ~kind.is_in(_NOT_ACTIVITY))
+    ranks = []
+    if own.height:
+        last = own.sort(["time", "line"]).group_by("rank").agg(
+            pl.col("host").drop_nulls().last(), pl.col("time").first().alias("first"), pl.col("time").last().alias("last"),
+            kind.last().alias("kind"), pl.col("file").last(), pl.col("line").last()).sort("rank")
+        for r in last.iter_rows(named=True):
+            ranks.append({"rank": r["rank"], "node": r["host"], "first": iso_ns(r["first"]), "last": iso_ns(r["last"]),
+                          "kind": r["kind"], "file": r["file"], "line": r["line"]})
+    hosts: dict[str, dict[str, Any]] = {}
+    for (host,), g in ev.filter(pl.col("host").is_not_null()).group_by(["host"], maintain_order=True):
+        versions: dict[str, str] = {}
+        for a in g.filter(kind == Kind.VERSION.value).sort("time", nulls_last=True)["attrs"].drop_nulls().to_list():
+            d = attrs_of(a)
+            if isinstance(d.get("component"), str) and isinstance(d.get("version"), str) and (d["component"] in versions or len(versions) < MAX_COMPONENTS):
+                versions[d["component"]] = d["version"]
+        gpus = g.filter(kind.is_in([Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value]))
+        throttle: set[str] = set()
+        for a in g.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]))["attrs"].drop_nulls().to_list():
+            throttle.update(r for r in attrs_of(a).get("reasons") or [] if r in SERIOUS_REASONS)
+        xids = sorted({x for x in (attrs_of(a).get("xid") for a in g.filter(kind == Kind.XID.value)["attrs"].drop_nulls().to_list())
+                       if isinstance(x, int)})
+        rk = own.filter(pl.col("host") == host)
+        hosts[str(host)] = {
+            "versions": dict(sorted(versions.items())),
+            "gpus": int(gpus.select(pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).to_series().drop_nulls().n_unique()),
+            "throttle": sorted(throttle),
+            "xids": xids,
+            "ranks": sorted(int(r) for r in rk["rank"].unique().to_list()),
+            "first": iso_ns(rk["time"].min()) if rk.height else None,
+            "last": iso_ns(rk["time"].max()) if rk.height else None,
+        }
+    # A list, not a mapping by name: host names are values, so the string pass (redaction) maps them.
+    return {"ranks": ranks, "hosts": [{"node": h} | hosts[h] for h in sorted(hosts)]}
+
+
+CONTEXT_LINES = 3  # each side of an evidence line
+CONTEXT_FILES = 16  # files read back per report
+CONTEXT_SCAN = 64 << 20  # bytes read per file before giving up on a deep line
+CONTEXT_LINE_CHARS = 400
+
+
+def evidence_context(root: Path, report: Report) -> None:
+    """Fill ``EvidenceItem.context`` with the lines around each evidence line, read back
+    through the bundle's safe open (no symlinks out, bounded, archives in place)."""
+    from crashscope.bundle import Entry, FileRef, open_ref
+
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for e in report.evidence:
+        if e.file and isinstance(e.line, int) and e.line > 0 and (e.file in wanted or len(wanted) < CONTEXT_FILES):
+            wanted[e.file].add(e.line)
+    if not wanted:
+        return
+    root_real = os.path.realpath(root)
+    found: dict[tuple[str, int], str] = {}
+    for rel in {f.split("!", 1)[0] for f in wanted}:
+        path = root_real if os.path.isfile(root_real) else os.path.join(root_real, rel)
+        if os.path.isfile(root_real) and os.path.basename(root_real) != rel:
+            continue
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        parent = os.path.dirname(root_real) if os.path.isfile(root_real) else root_real
+        for entry in open_ref(FileRef(path, rel, size, parent)):
+            if not isinstance(entry, Entry) or entry.path not in wanted:
+                continue
+            keep = {n for ln in wanted[entry.path] for n in range(max(1, ln - CONTEXT_LINES), ln + CONTEXT_LINES + 1)}
+            top, n, read, tail = max(keep), 0, 0, b""
+            try:
+                while n < top and read < CONTEXT_SCAN:
+                    block = entry.stream.read(1 << 20)
+                    if not block:
+                        if tail:
+                            n += 1
+                            if n in keep:
+                                found[(entry.path, n)] = _context_text(tail)
+                        break
+                    read += len(block)
+                    *lines, tail = (tail[: CONTEXT_LINE_CHARS * 4] + block).split(b"\n")
+                    for raw in lines:
+                        n += 1
+                        if n in keep:
+                            found[(entry.path, n)] = _context_text(raw)
+            except (OSError, ValueError, EOFError):
+                continue
+    for e in report.evidence:
+        if isinstance(e.line, int) and (e.file, e.line) in found:
+            e.context = [{"line": n, "text": found[(e.file, n)]} for n in range(max(1, e.line - CONTEXT_LINES), e.line + CONTEXT_LINES + 1)
+                         if (e.file, n) in found]
+
+
+def _context_text(raw: bytes) -> str:
+    return raw[: CONTEXT_LINE_CHARS * 4].decode("utf-8", "surrogateescape").rstrip("\r")[:CONTEXT_LINE_CHARS]

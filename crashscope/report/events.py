@@ -1,0 +1,45 @@
+"""Event rows as report JSON: one timeline event (``event_json``) and the excerpt around
+an instant. Used by the verdict (``timeline_excerpt``) and the report builder
+(``anomalies``); depends on nothing but polars, so neither imports the other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+EXCERPT_BEFORE = 8
+EXCERPT_AFTER = 12
+
+
+def iso_ns(t: Any) -> str | None:
+    """A timeline time (datetime, UTC) as the report writes it, microseconds and ``Z``."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t is not None else None
+
+
+def event_json(r: dict[str, Any]) -> dict[str, Any]:
+    """One timeline event row as it appears in ``anomalies`` and ``timeline_excerpt``."""
+    return {
+        "time": iso_ns(r.get("time")),
+        "time_quality": str(r.get("time_quality")),
+        "node": r.get("host"),
+        "rank": r.get("rank"),
+        "gpu": r.get("gpu"),
+        "source": str(r.get("source")),
+        "kind": str(r.get("kind")),
+        "severity": str(r.get("severity")),
+        "message": r.get("message") or "",
+        "file": r.get("file"),
+        "line": r.get("line"),
+    }
+
+
+def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCERPT_BEFORE, limit_after: int = EXCERPT_AFTER) -> list[dict[str, Any]]:
+    """Non-info events just before and after ``t_ns`` (the first failure)."""
+    if t_ns is None or ev.height == 0:
+        return []
+    ev = ev.filter(pl.col("time").is_not_null() & (pl.col("severity").cast(pl.String) != "info"))
+    t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
+    before = ev.filter(pl.col("time") < t).tail(limit_before)
+    after = ev.filter(pl.col("time") >= t).head(limit_after)
+    return [event_json(r) for r in pl.concat([before, after]).iter_rows(named=True)]
