@@ -84,7 +84,7 @@ def load_cases(root: Path, corpus: str) -> list[Case]:
 def analyze_case(case: Case) -> dict[str, Any]:
     """The report (as a dict) on the case's logs alone: the truth file beside them would
     otherwise be read as one more log, and its quoted evidence line would be found."""
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     with tempfile.TemporaryDirectory(prefix=f"crashscope-case-{case.id}-") as tmp:
         logs = Path(tmp) / case.id

@@ -526,7 +526,7 @@ def _evidence(f: Any, e: Any) -> EvidenceItem:
 
 
 def _excerpt(ev: pl.DataFrame, t: int | None) -> list[dict[str, Any]]:
-    from crashscope.analyze import excerpt_around
+    from crashscope.report.events import excerpt_around
 
     return excerpt_around(ev, t)
 

@@ -102,7 +102,7 @@ def test_help_does_not_import_heavy_modules() -> None:
 
 def test_analysis_never_imports_torch() -> None:
     code = (
-        "import sys; from crashscope.analyze import analyze; "
+        "import sys; from crashscope.pipeline import analyze; "
         f"analyze({str(MINI)!r}); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -115,7 +115,7 @@ import os  # noqa: E402
 
 import pytest  # noqa: E402
 
-import crashscope.analyze as analyze_mod  # noqa: E402
+import crashscope.pipeline as analyze_mod  # noqa: E402
 from crashscope.errors import EXIT_CODES  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "jobs" / "sample_fabric_timeout"

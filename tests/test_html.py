@@ -138,14 +138,14 @@ def test_every_fixture_report_renders(name: str) -> None:
 
 @pytest.mark.parametrize("job", RECORDED, ids=lambda p: p.name)
 def test_every_recorded_job_renders(job: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(job)
     check_page(report, render_html(report))
 
 
 def test_evidence_shows_the_lines_around_it() -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(ROOT / "fixtures" / "jobs" / "sample_fabric_timeout")
     ev = next(e for e in report.evidence if e.rule == "nccl-ib-completion-error")
@@ -160,7 +160,7 @@ def test_evidence_shows_the_lines_around_it() -> None:
 def test_evidence_context_inside_an_archive_and_of_a_single_file(tmp_path: Path) -> None:
     import tarfile
 
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     job = ROOT / "fixtures" / "jobs" / "sample_fabric_timeout"
     with tarfile.open(tmp_path / "logs.tar.gz", "w:gz") as tar:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 
 MINI = Path(__file__).parent / "data" / "mini_ib_job"
 

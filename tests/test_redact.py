@@ -155,7 +155,7 @@ def _found(views: dict[str, str]) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     job = build_corpus(tmp_path_factory.mktemp("corpus") / "job")
     report, _, _ = analyze(job, tz="UTC")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 from crashscope.report.render import render_json, render_markdown, render_terminal
 from crashscope.schema import CAUSES
 

@@ -241,7 +241,7 @@ def server() -> Iterator[tuple[str, FakeServices]]:
 
 @pytest.fixture(scope="module")
 def report_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     rep, _, _ = analyze(MINI, tz="UTC")
     p = tmp_path_factory.mktemp("rep") / "report.json"

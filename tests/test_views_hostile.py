@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 from crashscope.report.model import Report
 from crashscope.report.render import (
     RENDERERS,

@@ -187,7 +187,7 @@ def profile_text(report: Any, result: Any, slowest: int = 5) -> str:
 
 def _run_analysis(directory: Path, **kw: Any) -> Any:
     try:
-        from crashscope.analyze import analyze as run
+        from crashscope.pipeline import analyze as run
     except ImportError as e:  # a source or stage module failed to import
         from crashscope.errors import EXIT_INTERNAL, CrashscopeError
 

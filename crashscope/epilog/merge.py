@@ -8,7 +8,7 @@ The job side (its stdout/stderr and the ``log_dirs`` entries without ``%n``) is 
 job user and becomes the ``_job.shard`` beside the nodes' shards, with the scheduler's view
 (outcome from scontrol/env/sacct) as a ``sacct --json``-shaped record (a ``job_state``
 event in the sacct source's JSON form, crashscope/sources/sacct.py); then
-``crashscope.analyze.analyze(<spool>/<jobid>)`` runs the one pipeline on it, so
+``crashscope.pipeline.analyze(<spool>/<jobid>)`` runs the one pipeline on it, so
 ``crashscope analyze <spool>/<jobid>`` later gives the same report.
 
 Reports go to ``<reports_dir>/<jobid>/`` (directory 0700, files 0600, owned by the job user,
@@ -253,7 +253,7 @@ def write_workdir_as_user(job: JobInfo, texts: dict[str, str], timeout: float) -
 def merge(job: JobInfo, config: Any, timeout: float, *, force: bool = False, extra_warnings: list[str] | None = None,
           reader: Any = None) -> MergeResult | None:
     """Merge the job's shards into its reports; None when another process holds the merge."""
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
     from crashscope.epilog.secrets import scrub_report
     from crashscope.shards import shard_dirs
 
