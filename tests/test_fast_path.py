@@ -1,0 +1,127 @@
+"""The ingest's fast path (plain files up to SMALL_FILE_BYTES read ahead and scanned
+together, several to a polars pass) against the plain reference path (every file on its
+own, block by block): the same events, file records and warnings.
+
+On the whole fixture corpus (simulated jobs, recorded runs under a real Slurm, verbatim
+public incident excerpts), and on multi-megabyte rank logs built from the golden inputs
+of the line sources with what the fast path must hand back to the plain one (lines over
+MAX_LINE_BYTES, our column separator byte) or handle the same way (no final newline, CRLF,
+bytes that are not UTF-8, empty lines, runs of identical hits, NCCL chatter).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import crashscope.ingest as ingest_mod
+from crashscope.ingest import ingest
+
+_ROOT = Path(__file__).resolve().parent.parent
+CORPUS = sorted(
+    [
+        *(_ROOT / "fixtures" / "jobs").glob("*/"),
+        *(_ROOT / "fixtures" / "recorded").glob("*/"),
+        *(_ROOT / "tests" / "data" / "real").glob("*/"),
+    ]
+)
+GOLDEN = _ROOT / "tests" / "golden"
+CHATTER = "node003:7002:7170 [1] NCCL INFO Channel 03/0 : 1[1] -> 2[2] via P2P/IPC/read\n"
+WARN = "node003:7002:7170 [1] transport/net_ib.cc:109 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error\n"
+
+
+def _run(job: Path, **kw: object) -> tuple[list[dict], list[tuple], list[str]]:
+    r = ingest(job, workers=1, **kw)  # type: ignore[arg-type]
+    recs = [(f.file, f.kind, f.confidence, f.events, f.bytes, f.lines, f.warnings, f.runner_up, f.note) for f in r.files]
+    return r.events.sort(["file", "line", "source", "kind", "message"]).to_dicts(), recs, r.warnings
+
+
+def _same_both_ways(job: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], list[tuple], list[str]]:
+    fast = _run(job)
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)  # the plain path for every file
+        plain = _run(job)
+    assert fast[1] == plain[1]
+    assert fast[2] == plain[2]
+    assert fast[0] == plain[0]
+    return fast
+
+
+def test_the_corpus_is_there() -> None:
+    assert len(CORPUS) > 100
+
+
+@pytest.mark.parametrize("job", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fast_and_plain_paths_agree_on_the_corpus(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_both_ways(job, monkeypatch)
+
+
+def _golden_lines() -> bytes:
+    out = []
+    for src in ("nccl", "pytorch", "kernel", "slurm", "applog", "catalog"):
+        for case in sorted((GOLDEN / src).glob("*")):
+            if case.is_file() and ".expected." not in case.name and case.name != "README.md":
+                out.append(case.read_bytes().rstrip(b"\n") + b"\n")
+    return b"".join(out)
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Rank logs of one to a few MiB, the size the fast path newly takes."""
+    root = tmp_path_factory.mktemp("big") / "job"
+    (root / "logs").mkdir(parents=True)
+    hits = _golden_lines()
+    chatter = CHATTER.encode() * 12_000  # ~1 MiB of INFO chatter
+    mib = ingest_mod.MAX_LINE_BYTES
+    files = {
+        "rank0.log": chatter + hits + chatter + hits,
+        "rank1.log": hits + chatter * 2 + WARN.encode() * 40 + hits,  # a run of identical hits
+        # a line longer than MAX_LINE_BYTES in the middle: the plain path cuts it and says so
+        "rank2.log": hits + b"x" * (mib + 10) + WARN.encode() + b"\n" + hits + chatter,
+        # ... and as the last line, without a newline
+        "rank3.log": chatter + hits + WARN.encode().rstrip(b"\n") + b"y" * (mib + 5),
+        "rank4.log": (chatter + hits).replace(b"\n", b"\r\n"),  # CRLF
+        "rank5.log": chatter + WARN.encode().replace(b"Got", b"\xff\xfe Got") + hits + b"\n\n\n" + chatter,  # not UTF-8, empty lines
+        "rank6.log": chatter + b"a\x1fb\n" + hits,  # our column separator: the plain path
+        "rank7.log": chatter + hits.rstrip(b"\n"),  # no final newline
+        "rank8.log": hits,  # a small one among the large
+        "rank9.log": chatter * 3 + hits,  # ~3 MiB
+    }
+    for name, data in files.items():
+        (root / "logs" / name).write_bytes(data)
+    return root
+
+
+def test_fast_and_plain_paths_agree_on_multi_mib_rank_logs(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events, recs, warnings = _same_both_ways(big_job, monkeypatch)
+    assert len(events) > 100
+    by_file = {r[0]: r for r in recs}
+    assert by_file["logs/rank1.log"][8] is not None and "repeated" in by_file["logs/rank1.log"][8]
+    cut = [w for w in warnings if "longer than" in w]
+    assert any("rank2.log" in w for w in cut) and any("rank3.log" in w for w in cut)
+    assert any("rank5.log" in w and "not UTF-8" in w for w in warnings)
+
+
+def test_passes_of_one_block_agree(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 4 MiB: fewer files a pass, one file alone, the rest the plain way."""
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 4 * 1024 * 1024)
+    _same_both_ways(big_job, monkeypatch)
+
+
+def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The equivalence above is not vacuous: the large clean files go through _bulk_hits,
+    the ones with an over-long line or a separator byte do not."""
+    taken: list[int] = []
+    real = ingest_mod._bulk_hits
+
+    def spy(datas):  # type: ignore[no-untyped-def]
+        out = real(datas)
+        taken.extend(len(d) for d, o in zip(datas, out) if o is not None)
+        return out
+
+    monkeypatch.setattr(ingest_mod, "_bulk_hits", spy)
+    ingest(big_job, workers=1)
+    sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
+    assert sorted(taken) == sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log"))
+    assert max(taken) > 2 * 1024 * 1024
