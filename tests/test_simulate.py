@@ -254,3 +254,50 @@ def test_cli(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["simulate", str(tmp_path / "k"), "--cause", "bogus"])
     assert res.exit_code == 2
     assert os.path.isdir(tmp_path / "j")
+
+
+# -- dump on timeout and Flight Recorder dumps (traces=True) -----------------------------------------
+
+def test_traces_write_the_dump_signal_and_flight_recorder_dumps(tmp_path: Path) -> None:
+    """torch >= 2.4 stacks: the first watchdog that fires signals the dump, the live ranks answer,
+    and (with the drawn TORCH_FR_BUFFER_SIZE) each leaves a JSON dump in which the rank stuck in
+    I/O never entered the collective its peers wait in; the analyses name both."""
+    from crashscope.analyses import collectives as col
+    from crashscope.pipeline import load_timeline
+
+    truth = simulate(tmp_path / "t", cause="storage_stall", nodes=2, gpus_per_node=4, seed=1, stack=3, traces=True,
+                     confounders=[], variant="rank0_save")
+    d = tmp_path / "t"
+    dumps = sorted(d.rglob("nccl_trace_rank_*.json"))
+    assert dumps, "this seed draws the Flight Recorder on"
+    obj = json.loads(dumps[0].read_text())
+    assert obj["pg_status"]["0"]["last_enqueued_collective"].isdigit()  # nlohmann writes the status as strings
+    assert list(obj) == sorted(obj)
+    tl = load_timeline(d).timeline
+    origin = col.dump_origin(tl.events)
+    assert origin.initiator is not None and origin.initiator not in truth["implicated"]["ranks"]
+    assert set(truth["implicated"]["ranks"]) <= set(origin.notified)  # the stuck rank's monitor thread still answers
+    (hang,) = [f for f in col.flight_recorder(tl.events, tl.world_size) if f.rule_id == col.HANG_ID]
+    assert list(hang.ranks) == truth["implicated"]["ranks"]
+    assert f"rank {origin.initiator}'s watchdog fired first" in hang.title
+
+
+def test_traces_are_off_by_default_and_old_stacks_write_none(tmp_path: Path) -> None:
+    simulate(tmp_path / "a", cause="storage_stall", nodes=2, gpus_per_node=2, seed=1, stack=3)
+    simulate(tmp_path / "b", cause="storage_stall", nodes=2, gpus_per_node=2, seed=1, stack=0, traces=True)  # torch 2.1
+    for d in (tmp_path / "a", tmp_path / "b"):
+        assert not list(d.rglob("nccl_trace_rank_*"))
+        assert not any(b"dump signal" in v for v in files_of(d).values())
+
+
+def test_a_dead_node_leaves_no_dump_and_no_answer(tmp_path: Path) -> None:
+    from crashscope.analyses import collectives as col
+    from crashscope.pipeline import load_timeline
+
+    for seed in range(1, 12):
+        d = tmp_path / f"n{seed}"
+        truth = simulate(d, cause="node_failure", nodes=2, gpus_per_node=2, seed=seed, stack=3, traces=True, confounders=[])
+        origin = col.dump_origin(load_timeline(d).timeline.events)
+        dead = set(truth["implicated"]["ranks"])
+        assert not dead & (set(origin.notified) | set(origin.self_fired)), seed
+        assert not [p for p in d.rglob("nccl_trace_rank_*") if int(p.name.split("_")[-1].split(".")[0]) in dead], seed

@@ -42,6 +42,7 @@ def simulate(
     kill_on_bad_exit: bool | None = None,
     sacct_json: bool | None = None,
     telemetry_interval: float | None = None,
+    traces: bool = False,
 ) -> dict[str, Any]:
     """Write a job directory to ``out`` and ``out/truth.json``; return the truth dict.
 
@@ -50,7 +51,9 @@ def simulate(
     (None: each drawn with probability ``confounder_rate``). nccl_info_volume: NCCL
     ``Channel`` INFO lines per rank (the size knob). variant: cause-specific (e.g. Xid
     number for gpu_hardware, ``cuda``/``host`` for oom). stack: index into job.STACKS
-    (torch/NCCL versions). Everything else defaults to a seeded random choice.
+    (torch/NCCL versions). traces: also write the dump-on-timeout lines and Flight Recorder
+    dumps of torch >= 2.4 (off by default, so the checked-in corpus keeps its bytes). Everything
+    else defaults to a seeded random choice.
     """
     from crashscope.simulate import causes as C
     from crashscope.simulate import confounders as X
@@ -85,7 +88,9 @@ def simulate(
         job.confounders.append(X.CONFOUNDERS[c](job))
         late.append(c)
     job.emit_boot()
+    job.traces = traces
     job.resolve()
+    job.emit_dump_on_timeout()
     for fn in job.post:
         fn()
     job.finish()

@@ -504,3 +504,53 @@ def megatron_iteration(dt: datetime, it: int, total: int, samples: int, ms: floa
             f"elapsed time per iteration (ms): {ms:.1f} | learning rate: {lr:.6E} | global batch size: {gbs:5d} | "
             f"lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {gnorm:.3f} | number of skipped iterations:   0 | "
             "number of nan iterations:   0 |")
+
+
+# -- dump on timeout (ProcessGroupNCCL, torch >= 2.4) and Flight Recorder dumps -------------------
+
+_DUMP_TAIL = ("This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order "
+              "of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, "
+              "this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications "
+              "library (e.g. NCCL), etc. ")
+
+
+def first_pg_to_signal(rank: int) -> str:
+    """The watchdog that fired writes its rank into the store's dump key (``broadcastDumpSignal``)."""
+    return f"{pg_prefix(True, rank)}First PG on this rank to signal dumping."
+
+
+def observed_dump_signal(rank: int) -> str:
+    """A peer's heartbeat monitor polling the store finds the dump key set."""
+    return f"{pg_prefix(True, rank)}Observed flight recorder dump signal from another rank via TCPStore."
+
+
+def dump_signal(rank: int, origin: int | None, enq: int, done: int) -> str:
+    """``getNCCLWatchdogTimeoutErrorMsg``: ``from this local rank`` when the rank's own watchdog fired,
+    ``from  rank N`` (``"from " + " rank N"``) when a peer's signal was read from the store."""
+    frm = "this local rank" if origin is None else f" rank {origin}"
+    return (f"{pg_prefix(True, rank)}Received a dump signal due to a collective timeout from {frm} and we will try our best "
+            f"to dump the debug info. Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.{_DUMP_TAIL}")
+
+
+def fr_dump_json(version: str, ranks: int, entries: list[dict], enq: int, started: int, done: int) -> str:
+    """A Flight Recorder JSON dump as ``_dump_nccl_trace_json`` writes it (nlohmann: keys sorted, the
+    ``pg_status`` numbers as strings, 0 for a discovery time never seen, no frames)."""
+    obj = {
+        "version": version, "comm_lib_version": "", "nccl_comm_state": {},
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[" + ", ".join(map(str, range(ranks))) + "]"}},
+        "pg_status": {"0": {"last_enqueued_collective": str(enq), "last_started_collective": str(started),
+                            "last_completed_collective": str(done)}},
+        "entries": entries,
+    }
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def fr_entry(record_id: int, seq: int, op: str, numel: int, t_ns: int, state: str, started_ns: int, completed_ns: int,
+             timeout_ms: int, tid: int) -> dict:
+    return {
+        "record_id": record_id, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": seq, "p2p_seq_id": 0,
+        "op_id": seq, "profiling_name": f"nccl:{op}", "time_created_ns": t_ns, "input_sizes": [[numel]], "input_dtypes": ["BFloat16"],
+        "output_sizes": [[numel]], "output_dtypes": ["BFloat16"], "state": state, "time_discovered_started_ns": started_ns,
+        "time_discovered_completed_ns": completed_ns, "retired": state == "completed", "timeout_ms": timeout_ms,
+        "is_p2p": False, "thread_id": str(tid), "thread_name": "pt_main_thread",
+    }

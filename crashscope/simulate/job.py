@@ -40,7 +40,8 @@ KERNEL_FORMATS = ("dmesg", "dmesg_T", "short_precise", "short_iso", "json")
 KERNEL_FILES = {"dmesg": "dmesg.txt", "dmesg_T": "dmesg-T.txt", "short_precise": "journal-kernel.log",
                 "short_iso": "journal-kernel-iso.log", "json": "journal-kernel.json"}
 PGN_LINES = {False: {"timeout": 475, "teardown": 489, "terminated": 1005},
-             True: {"timeout": 632, "detected": 2271, "teardown": 1609, "terminated": 1413, "what": 1715, "barrier": 4561}}
+             True: {"timeout": 632, "detected": 2271, "teardown": 1609, "terminated": 1413, "what": 1715, "barrier": 4561,
+                   "observed": 1922, "signal": 1987, "first_pg": 2106}}
 PIP_BASE = (("accelerate", "0.33.0"), ("datasets", "2.20.0"), ("numpy", "1.26.4"), ("safetensors", "0.4.3"),
             ("sentencepiece", "0.2.0"), ("tokenizers", "0.19.1"), ("tqdm", "4.66.4"), ("transformers", "4.44.2"))
 
@@ -140,6 +141,8 @@ class Job:
         self.slow: tuple[float, float, float] | None = None  # (from, to, factor) of iteration times
         self.boot_tags: dict[int, dict] = {}
         self.first_item: dict | None = None
+        self.fire_times: dict[int, float] = {}  # victim rank -> when its watchdog would fire
+        self.traces = False  # dump-on-timeout lines and Flight Recorder dumps (simulate(traces=True))
 
     # -- clocks -----------------------------------------------------------------------------
     def local(self, n: int | None, t: float) -> datetime:
@@ -357,6 +360,7 @@ class Job:
         ran = self.timeout_ms + self.rng.randint(20, 2500)
         t_enq = t_hang + self.rng.uniform(0.0, 0.4)
         t_fire = t_enq + ran / 1000.0
+        self.fire_times[r] = t_fire
 
         def fn(t: float) -> int:
             work = F.work_nccl(seq, op, numel, self.timeout_ms)
@@ -568,6 +572,64 @@ class Job:
             if self.final_state == "OUT_OF_MEMORY":
                 self.ctld(t, f"_job_complete: JobId={self.job_id} OOM failure")
             self.ctld(t + 0.001, f"_job_complete: JobId={self.job_id} done")
+
+    # -- dump on timeout and Flight Recorder -------------------------------------------------------
+    def emit_dump_on_timeout(self) -> None:
+        """torch >= 2.4 with TORCH_NCCL_DUMP_ON_TIMEOUT (default on): the first watchdog that fires
+        signals every rank through the store; each live rank's heartbeat monitor logs the signal
+        (``from this local rank`` / ``from  rank N``) about a second later and dumps. With
+        TORCH_FR_BUFFER_SIZE set (drawn), each rank that dumped leaves
+        ``fr/nccl_trace_rank_N.json``: the ring buffer's last collectives, the stuck one ``started``
+        on the ranks that entered it (the victims) and absent on those that never did. Dead
+        processes and dead nodes write nothing; now and then one dump is not collected.
+        Uses its own random stream, so jobs without traces keep their bytes."""
+        fired = {r: t for r, t in self.fire_times.items() if r in self.ended and self.ended[r][2] == "own" and self.ended[r][0] >= t - 1e-6}
+        if not self.traces or not self.modern or not fired or self.t_hang is None:
+            return
+        rng = random.Random(f"{self.job_id}:dump")
+        init = min(fired, key=lambda r: (fired[r], r))
+        t0 = fired[init]
+        seq, op, numel = self.pending(self.t_hang)
+        fr = rng.random() < 0.7
+        dumped: list[int] = []
+        for r in range(self.R):
+            n = self.node_of(r)
+            # the monitor polls the store every second; the watchdog that fired waits for the dump
+            # (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC) before it aborts, so every rank alive then answers
+            end_t = self.ended.get(r, (self.end_time, 0, "lost"))[0]
+            if end_t < t0 or (n in self.dead_nodes and self.dead_nodes[n] <= t0):
+                continue  # gone before the signal came round
+            t_sig = t0 + (0.0002 if r == init else rng.uniform(0.2, 1.0))
+            t_sig = min(t_sig, max(t0 + 0.0001, end_t - 0.001))
+            entered = r in self.fire_times
+            enq, done = (seq, seq - 1) if entered else (seq - 1, seq - 1)
+            if r in fired and fired[r] <= t_sig:  # its own watchdog fired first: it signals too
+                self.c10(r, fired[r] + 0.0003, "E", "first_pg", F.first_pg_to_signal(r))
+                self.c10(r, fired[r] + 0.0004, "E", "signal", F.dump_signal(r, None, enq, done))
+            else:
+                self.c10(r, t_sig, "E", "observed", F.observed_dump_signal(r))
+                self.c10(r, t_sig + 0.0001, "E", "signal", F.dump_signal(r, init, enq, done))
+            dumped.append(r)
+        if not fr or not dumped:
+            return
+        if len(dumped) > 2 and rng.random() < 0.25:  # a node-local /tmp dump nobody collected
+            dumped.remove(rng.choice(dumped))
+        ver = rng.choice(("2.4", "2.5", "2.7", "2.10"))
+        for r in dumped:
+            n = self.node_of(r)
+            last = seq if r in self.fire_times else seq - 1
+            entries = []
+            for s in range(max(1, last - 15), last + 1):
+                t_s = self.t_hang + rng.uniform(0.0, 0.4) if s == seq else self.t_train + (s - 1) / self.colls_per_iter * self.step_s
+                t_ns = int(t_s * 1e9)
+                if s == seq:
+                    entries.append(F.fr_entry(s, s, "all_reduce", numel, t_ns, "started", t_ns + 40_000, 0, self.timeout_ms, self.tid[r]))
+                else:
+                    entries.append(F.fr_entry(s, s, "all_reduce", numel, t_ns, "completed", t_ns + 40_000, t_ns + int(self.step_s * 2e8),
+                                              self.timeout_ms, self.tid[r]))
+            done = last - 1 if r in self.fire_times else last
+            self.sink.static(f"{self.router.node_dir(n)}/fr/nccl_trace_rank_{r}.json",
+                             F.fr_dump_json(ver, self.R, entries, last, last, done) + "\n")
 
     # -- system files ------------------------------------------------------------------------------
     def emit_boot(self) -> None:
