@@ -581,8 +581,8 @@ def end_time_of(report: Any, now: datetime | None = None) -> datetime:
     else the last evidence, else ``now``."""
     job = report.job or {}
     slurm: dict[str, Any] = job["slurm"] if isinstance(job.get("slurm"), dict) else {}
-    ff: dict[str, Any] = report.first_failure if isinstance(report.first_failure, dict) else {}
-    for v in (job.get("end_time"), job.get("end"), slurm.get("end"), ff.get("time")):
+    ff_time = report.first_failure.time if report.first_failure is not None else None
+    for v in (job.get("end_time"), job.get("end"), slurm.get("end"), ff_time):
         t = _epoch_time(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _parse_time(v)
         if t is not None:
             return t
@@ -599,7 +599,7 @@ def job_row(report: Any, *, report_path: str | Path | None = "", now: datetime |
         # No job id: a stable stand-in, so re-recording the same report stays idempotent.
         import hashlib
 
-        seed = json.dumps([report.fingerprint, (report.first_failure or {}).get("time") if isinstance(report.first_failure, dict) else None,
+        seed = json.dumps([report.fingerprint, report.first_failure.time if report.first_failure is not None else None,
                            job.get("nodes"), (report.analysis or {}).get("root")], default=str)
         jid = "noid-" + hashlib.sha256(seed.encode("utf-8", "backslashreplace")).hexdigest()[:12]
     nodes = job.get("nodes")
@@ -629,7 +629,7 @@ def culprits_of(report: Any) -> list[Culprit]:
     """The nodes, GPUs, links and ranks a report blames, each once (see the module doc)."""
     from crashscope.sources.base import normalize_pci
 
-    imp = report.implicated or {}
+    imp = report.implicated.to_dict()
     causes = [e for e in report.evidence or [] if getattr(e, "role", "cause") == "cause"]
     xid_by_gpu: dict[tuple[str | None, str | None], int] = {}
     xid_by_node: dict[str, int] = {}
@@ -637,8 +637,7 @@ def culprits_of(report: Any) -> list[Culprit]:
         x = _xid_of(e.message) if e.kind in (None, "xid") else None
         if x is None:
             continue
-        g = e.gpu if isinstance(e.gpu, dict) else {}
-        pci = normalize_pci(str(g.get("pci"))) if g.get("pci") else None
+        pci = normalize_pci(str(e.gpu)) if e.gpu else None
         xid_by_gpu.setdefault((e.node, pci), x)
         if e.node:
             xid_by_node.setdefault(e.node, x)

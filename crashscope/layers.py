@@ -26,7 +26,7 @@ import polars as pl
 
 from crashscope.analyses import checkpoint_io, nccl_env
 from crashscope.engine.model import Evidence, Finding
-from crashscope.report.model import Report
+from crashscope.report.model import EventRef, Report
 from crashscope.schema import Kind
 from crashscope.timeline import iso
 
@@ -124,12 +124,12 @@ def _allocation(events: pl.DataFrame) -> list[str]:
     return sorted(nodes)
 
 
-def _ff_ns(ff: Any) -> int | None:
-    if not isinstance(ff, dict) or not ff.get("time"):
+def _ff_ns(ff: EventRef | None) -> int | None:
+    if ff is None or not ff.time:
         return None
     from crashscope.sources.base import iso_to_ns
 
-    t, _ = iso_to_ns(str(ff["time"]))
+    t, _ = iso_to_ns(str(ff.time))
     return t
 
 
@@ -322,7 +322,7 @@ class _Ctx:
             init_ranks.add((r["host"], r["pid"], rk))
         sock = self._of(Kind.NETWORK_ERROR.value).filter(~pl.col("attrs").str.contains('"transport":"ib"', literal=True))
         timeouts = self._of((Kind.COLLECTIVE_TIMEOUT.value, Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value))
-        world = (self.report.coverage or {}).get("ranks_expected")
+        world = self.report.coverage.ranks_expected if self.report.coverage is not None else None
         init_text = f"NCCL init completed on {len(init_ranks)} rank-communicator(s)" if init_ranks else ""
         extra_settle = REPRO_SETTLE if not self.report.repro else None
         t_fail = _ff_ns(self.report.first_failure)

@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.engine.model import Finding
-from crashscope.report.model import EvidenceItem
+from crashscope.report.model import EventRef, EvidenceItem, Implicated
 from crashscope.schema import CAUSES, Kind
 from crashscope.timeline import Timeline, iso
 
@@ -76,8 +76,8 @@ class Verdict:
     cause: str = "unknown"
     confidence: float = 0.0
     alternatives: list[dict[str, Any]] = field(default_factory=list)
-    implicated: dict[str, list[Any]] = field(default_factory=lambda: {"nodes": [], "ranks": [], "gpus": []})
-    first_failure: dict[str, Any] | None = None
+    implicated: Implicated = field(default_factory=Implicated)
+    first_failure: EventRef | None = None
     evidence: list[EvidenceItem] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     co_occurring: list[dict[str, Any]] = field(default_factory=list)
@@ -185,7 +185,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.confidence = round(min(UNKNOWN_CONFIDENCE_CAP, 1.0 - p_top if dist else 0.5), 3)
         v.summary = _unknown_summary(symptoms, hang_suspects, v.missing)
         if hang_suspects:
-            v.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+            v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
         v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
         if symptoms:
             first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
@@ -224,14 +224,14 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         narrowed = _narrow_hosts(primary, same)
         if narrowed:
             v.implicated = _implicated(narrowed, ev)
-        elif top == "driver_drift" and len(v.implicated["nodes"]) == 2:
-            older = _older_host(ev, v.implicated["nodes"])
+        elif top == "driver_drift" and len(v.implicated.nodes) == 2:
+            older = _older_host(ev, v.implicated.nodes)
             if older:
                 v.implicated = _restrict(v.implicated, older, ev)
         # The first failure is the earliest in-window evidence of the verdict's cause (an
         # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
-        hosts = set(v.implicated["nodes"])
-        ranks = set(v.implicated["ranks"])
+        hosts = set(v.implicated.nodes)
+        ranks = set(v.implicated.ranks)
         pool = [
             e for f in same for e in f.evidence
             if (e.time is None or _in_window(e.time, t_fail, before_s)) and (not hosts or e.host in hosts)
@@ -241,12 +241,12 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         first = min(pool, key=_evidence_order) if pool else _earliest_evidence(primary)
         if first is not None:
             v.first_failure = _first_failure(first)
-            if borrowed is not None and first.host is None and len(v.implicated["nodes"]) == 1:
-                v.first_failure["node"] = v.implicated["nodes"][0]
-                if v.first_failure.get("rank") is None and len(v.implicated["ranks"]) == 1:
-                    v.first_failure["rank"] = v.implicated["ranks"][0]
+            if borrowed is not None and first.host is None and len(v.implicated.nodes) == 1:
+                v.first_failure.node = v.implicated.nodes[0]
+                if v.first_failure.rank is None and len(v.implicated.ranks) == 1:
+                    v.first_failure.rank = v.implicated.ranks[0]
     elif hang_suspects:
-        v.implicated = {"nodes": sorted({h for h, _ in hang_suspects if h}), "ranks": sorted({r for _, r in hang_suspects}), "gpus": []}
+        v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
     causes_ev = sorted(((f, e) for f in same for e in f.evidence[:5]), key=lambda p: _evidence_order(p[1]))
     symptom_ev = sorted(((f, e) for f in symptoms for e in f.evidence[:1]), key=lambda p: _evidence_order(p[1]))
     v.evidence = [_evidence(f, e) for f, e in causes_ev + symptom_ev][:25]
@@ -443,7 +443,7 @@ def _hang_suspects(tl: Timeline) -> list[tuple[str | None, int]]:
     return []
 
 
-def _implicated(f: Any, ev: pl.DataFrame) -> dict[str, list[Any]]:
+def _implicated(f: Any, ev: pl.DataFrame) -> Implicated:
     gpus = []
     index_of = {}
     inv = ev.filter(pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv"]))
@@ -456,7 +456,7 @@ def _implicated(f: Any, ev: pl.DataFrame) -> dict[str, list[Any]]:
             item["pci"] = pci
         if item not in gpus:
             gpus.append(item)
-    return {"nodes": sorted(set(f.hosts)), "ranks": sorted(set(int(r) for r in f.ranks)), "gpus": gpus}
+    return Implicated(nodes=sorted(set(f.hosts)), ranks=sorted(set(int(r) for r in f.ranks)), gpus=gpus)
 
 
 def _narrow_hosts(primary: Any, same: list[Any]) -> Any:
@@ -491,9 +491,9 @@ def _older_host(ev: pl.DataFrame, hosts: list[str]) -> str | None:
     return None
 
 
-def _restrict(imp: dict[str, list[Any]], host: str, ev: pl.DataFrame) -> dict[str, list[Any]]:
+def _restrict(imp: Implicated, host: str, ev: pl.DataFrame) -> Implicated:
     on_host = set(ev.filter(pl.col("host") == host)["rank"].drop_nulls().to_list())
-    return {"nodes": [host], "ranks": [r for r in imp["ranks"] if r in on_host], "gpus": [g for g in imp["gpus"] if g.get("node") == host]}
+    return Implicated(nodes=[host], ranks=[r for r in imp.ranks if r in on_host], gpus=[g for g in imp.gpus if g.get("node") == host])
 
 
 LINE_SOURCES_FIRST = {"nccl": 0, "pytorch": 0, "kernel": 0, "slurm": 0}
@@ -513,15 +513,16 @@ def _earliest_evidence(f: Any) -> Any:
     return min(f.evidence, key=_evidence_order)
 
 
-def _first_failure(e: Any) -> dict[str, Any]:
-    return {"time": iso(e.time), "node": e.host, "rank": e.rank, "source": e.source, "message": e.message, "file": e.file, "line": e.line}
+def _first_failure(e: Any) -> EventRef:
+    return EventRef(time=iso(e.time), node=e.host, rank=e.rank, source=e.source, message=e.message, file=e.file, line=e.line)
 
 
 def _evidence(f: Any, e: Any) -> EvidenceItem:
-    gpu = {"pci": e.gpu, "index": e.gpu_index} if (e.gpu or e.gpu_index is not None) else None
+    has_gpu = bool(e.gpu or e.gpu_index is not None)  # JSON "gpu": {"pci", "index"} or null
     return EvidenceItem(
         rule=f.rule_id, cause=f.cause, time=iso(e.time), node=e.host, rank=e.rank, file=e.file, line=e.line,
-        message=e.message, gpu=gpu, role=f.role, source=e.source, kind=e.kind,
+        message=e.message, gpu=e.gpu if has_gpu else None, gpu_index=e.gpu_index if has_gpu else None,
+        role=f.role, source=e.source, kind=e.kind,
     )
 
 

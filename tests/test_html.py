@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from crashscope.report.html import CSP, crash_window, render_html, timeline_picture
-from crashscope.report.model import EvidenceItem, Report
+from crashscope.report.model import EventRef, EvidenceItem, Implicated, Report, SymptomGroup
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "reports"
@@ -118,7 +118,7 @@ def check_page(report: Report, page: str) -> None:
     assert f"{report.confidence:.2f}" in text
     if report.summary:
         assert " ".join(report.summary.split())[:80] in text
-    for n in (report.implicated or {}).get("nodes") or []:
+    for n in report.implicated.nodes:
         assert n in text
     times = [e.time for e in report.evidence if e.time] + [((report.activity or {}).get("ranks") or [{}])[0].get("last")]
     if any(times):
@@ -271,8 +271,8 @@ def test_a_report_without_anything_renders() -> None:
     check_inert(page)
     assert "crashscope: unknown" in text_of(page)
     r = Report(job={"id": None}, cause="oom", evidence=[EvidenceItem(rule="r", cause="oom", time="not a time", node=None, rank=None, file="", line=None, message="m")],
-               first_failure={"time": "garbage"}, activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": ["not a dict", {"node": None}]},
-               layers=["x", {"layer": None}], history=[1, {"a": None}], symptoms=[None, {"first": "x"}])
+               first_failure=EventRef.from_dict({"time": "garbage"}), activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": ["not a dict", {"node": None}]},
+               layers=["x", {"layer": None}], history=[1, {"a": None}], symptoms=[s for s in (SymptomGroup.from_dict(x) for x in [None, {"first": "x"}]) if s is not None])
     check_inert(render_html(r))
     odd = Report.from_dict({"job": [], "implicated": "x", "activity": 3, "clock": None, "coverage": {"hosts": {"h": "x"}}, "cause": "oom"})
     check_inert(render_html(odd))
@@ -295,10 +295,10 @@ def _thousand_ranks() -> Report:
         ranks.append({"rank": rank, "node": node, "first": "2026-05-01T09:00:00.000000Z", "last": last, "kind": "log_error", "file": "slurm.out", "line": rank + 1})
         hosts.setdefault(node, {"versions": {"driver": "570.1"}, "gpus": 8, "throttle": [], "xids": [], "ranks": [], "first": None, "last": last})["ranks"].append(rank)
     return Report(job={"id": "9", "nodes": sorted(hosts), "ranks": 1024}, cause="fabric_timeout", confidence=0.9,
-                  implicated={"nodes": ["node002"], "ranks": [9], "gpus": []},
-                  first_failure={"time": "2026-05-01T10:00:30.000000Z", "node": "node002", "rank": 9, "message": "boom", "file": "slurm.out", "line": 10},
-                  symptoms=[{"kind": "collective_timeout", "count": 1000, "n_ranks": 1000, "ranks": "0-1023", "hosts": [], "missing_ranks": [512, 513],
-                             "first": {"time": "2026-05-01T10:00:31.000000Z", "file": "slurm.out", "line": 12, "message": "timeout"}}],
+                  implicated=Implicated(nodes=["node002"], ranks=[9]),
+                  first_failure=EventRef(time="2026-05-01T10:00:30.000000Z", node="node002", rank=9, message="boom", file="slurm.out", line=10),
+                  symptoms=[SymptomGroup(kind="collective_timeout", signature="", count=1000, n_ranks=1000, ranks="0-1023", missing_ranks=[512, 513],
+                                         first=EventRef(time="2026-05-01T10:00:31.000000Z", file="slurm.out", line=12, message="timeout"))],
                   activity={"ranks": ranks, "hosts": [{"node": n} | h for n, h in hosts.items()]})
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from crashscope.pipeline import analyze
+from crashscope.report.model import Report
 from crashscope.report.render import render_json, render_markdown, render_terminal
 from crashscope.schema import CAUSES
 
@@ -44,6 +45,10 @@ def test_report_views_match_goldens(job: Path, update_goldens: bool) -> None:
         "txt": render_terminal(report, width=100, color=False),
     }
     _check_contract(json.loads(views["json"]))
+    # The typed report round-trips: its JSON read back is the same report, and renders the same.
+    back = Report.from_dict(json.loads(views["json"]))
+    assert back == report
+    assert render_json(back) == views["json"] and render_terminal(back, width=100, color=False) == views["txt"]
     for ext, text in views.items():
         path = GOLDEN / f"{job.name}.{ext}"
         if update_goldens or not path.exists():

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from crashscope.pipeline import analyze
-from crashscope.report.model import Report
+from crashscope.report.model import Coverage, EventRef, Report, SymptomGroup
 from crashscope.report.render import (
     RENDERERS,
     render_json,
@@ -239,7 +239,7 @@ def test_huge_values_are_cut_not_rendered_whole() -> None:
     big = "x" * (1 << 20)
     r = Report(job={"id": big, "nodes": [big], "ranks": 4}, cause="oom", summary=big, warnings=[big],
                evidence=[EvidenceItem(rule="r", cause="oom", time=None, node=big, rank=1, file=big, line=3, message=big)],
-               first_failure={"time": None, "node": big, "rank": None, "message": big, "file": big, "line": 1})
+               first_failure=EventRef.from_dict({"time": None, "node": big, "rank": None, "message": big, "file": big, "line": 1}))
     for name, text in _views(r).items():
         if name != "json":
             assert len(text) < 60_000, (name, len(text))
@@ -247,9 +247,9 @@ def test_huge_values_are_cut_not_rendered_whole() -> None:
 
 def test_unknown_values_are_said_once_or_left_out() -> None:
     r = Report(job={"id": None, "nodes": [], "ranks": None}, cause="unknown",
-               first_failure={"time": None, "node": None, "rank": None, "source": None, "message": "boom", "file": "f.log", "line": None},
-               symptoms=[{"kind": "signal", "count": 3, "n_ranks": 0, "hosts": [], "first": {"file": "f.log", "line": None, "message": "SIGTERM"}, "missing_ranks": []}],
-               coverage={"files": 1, "recognized": 1, "unrecognized": 0, "unreadable": 0, "events": 3, "hosts": {"?": {}}, "ranks_seen": 0, "ranks_expected": None})
+               first_failure=EventRef.from_dict({"time": None, "node": None, "rank": None, "source": None, "message": "boom", "file": "f.log", "line": None}),
+               symptoms=[SymptomGroup.from_dict({"kind": "signal", "count": 3, "n_ranks": 0, "hosts": [], "first": {"file": "f.log", "line": None, "message": "SIGTERM"}, "missing_ranks": []})],
+               coverage=Coverage.from_dict({"files": 1, "recognized": 1, "unrecognized": 0, "unreadable": 0, "events": 3, "hosts": {"?": {}}, "ranks_seen": 0, "ranks_expected": None}))
     for name in ("terminal", "markdown"):
         text = RENDERERS[name](r) if name != "terminal" else render_terminal(r, width=100, full=True)
         for bad in ("None", "?", "0 hosts", "0 nodes", "f.log:None", "rank None"):

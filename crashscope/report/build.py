@@ -17,7 +17,7 @@ from crashscope.engine.model import Finding
 from crashscope.ingest import IngestResult
 from crashscope.layers import apply_layers
 from crashscope.report.events import event_json, iso_ns
-from crashscope.report.model import Report
+from crashscope.report.model import Coverage, HostSummary, Report, SymptomGroup
 from crashscope.schema import Kind
 from crashscope.timeline import Timeline, attrs_of, iso, signature_expr
 from crashscope.verdict import Verdict
@@ -54,7 +54,8 @@ def build_report(
     report.warnings = dedupe(warnings) + list(finding_warnings)
     report.sources = result.sources_summary()
     report.coverage = coverage(result, tl)
-    report.symptoms = [g.to_json() for g in tl.groups[:SYMPTOM_LIMIT]]
+    # The timeline's groups as the report writes them (the same JSON as Timeline.SymptomGroup.to_json).
+    report.symptoms = [s for s in (SymptomGroup.from_dict(g.to_json()) for g in tl.groups[:SYMPTOM_LIMIT]) if s is not None]
     report.anomalies = anomalies(ev)
     report.clock = {"skew_s": tl.skew_s, "start": iso(tl.start), "end": iso(tl.end), "quality": quality_counts(ev)}
     report.activity = activity(ev)
@@ -98,9 +99,9 @@ def quality_counts(ev: pl.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in sorted(ev.group_by("time_quality").len().iter_rows(), key=lambda kv: str(kv[0]))}
 
 
-def coverage(result: IngestResult, tl: Timeline) -> dict[str, Any]:
+def coverage(result: IngestResult, tl: Timeline) -> Coverage:
     kinds = Counter(f.kind for f in result.files)
-    per_host: dict[str, dict[str, Any]] = defaultdict(lambda: {"events": 0, "sources": [], "ranks": 0})
+    per_host: dict[str, HostSummary] = {}
     ev = tl.events
     if ev.height:
         by = ev.group_by("host").agg(
@@ -111,24 +112,24 @@ def coverage(result: IngestResult, tl: Timeline) -> dict[str, Any]:
             pl.col("time").max().alias("last"),
         )
         for row in by.iter_rows(named=True):
-            per_host[row["host"] or "?"] = {
-                "events": row["events"],
-                "sources": list(row["sources"]),
-                "ranks": row["ranks"],
-                "first": row["first"].isoformat() if row["first"] else None,
-                "last": row["last"].isoformat() if row["last"] else None,
-            }
-    return {
-        "files": len(result.files),
-        "recognized": sum(v for k, v in kinds.items() if k not in ("unrecognized", "unreadable")),
-        "unrecognized": kinds.get("unrecognized", 0),
-        "unreadable": kinds.get("unreadable", 0),
-        "bytes": result.bytes_read,
-        "events": ev.height,
-        "hosts": dict(sorted(per_host.items())),
-        "ranks_seen": len(tl.ranks_seen),
-        "ranks_expected": tl.world_size,
-    }
+            per_host[row["host"] or "?"] = HostSummary(
+                events=row["events"],
+                sources=list(row["sources"]),
+                ranks=row["ranks"],
+                first=row["first"].isoformat() if row["first"] else None,
+                last=row["last"].isoformat() if row["last"] else None,
+            )
+    return Coverage(
+        files=len(result.files),
+        recognized=sum(v for k, v in kinds.items() if k not in ("unrecognized", "unreadable")),
+        unrecognized=kinds.get("unrecognized", 0),
+        unreadable=kinds.get("unreadable", 0),
+        bytes=result.bytes_read,
+        events=ev.height,
+        hosts=dict(sorted(per_host.items())),
+        ranks_seen=len(tl.ranks_seen),
+        ranks_expected=tl.world_size,
+    )
 
 
 def missing_data(tl: Timeline) -> list[str]:

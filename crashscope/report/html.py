@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from crashscope.hostlist import compress_ints
-from crashscope.report.model import Report
+from crashscope.report.model import FIRST_FAILURE_KEYS, Report
 from crashscope.report.safe import escape_controls
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -119,12 +119,12 @@ def _gpu(g: Any, node: bool = True) -> str:
     return " ".join(parts)
 
 
-def _where(node: Any, rank: Any, gpu: Any = None) -> str:
+def _where(node: Any, rank: Any, gpu_index: Any = None) -> str:
     parts = [_cut(node)] if _known(node) else []
     if _int(rank):
         parts.append(f"rank {rank}")
-    if isinstance(gpu, dict) and gpu.get("index") is not None:
-        parts.append(f"GPU {_cut(gpu['index'])}")
+    if _int(gpu_index):
+        parts.append(f"GPU {gpu_index}")
     return " ".join(parts)
 
 
@@ -132,13 +132,13 @@ def _where(node: Any, rank: Any, gpu: Any = None) -> str:
 
 
 def _verdict(r: Report) -> dict[str, Any]:
-    imp = r.implicated or {}
+    imp = r.implicated.to_dict()
     nodes = [_cut(n) for n in imp.get("nodes") or [] if _known(n)]
     gpus_raw = [g for g in imp.get("gpus") or [] if isinstance(g, dict)]
     one_node = len(nodes) == 1 and all(_cut(g.get("node")) in ("", nodes[0]) for g in gpus_raw)
     gpus = [s for s in (_gpu(g, node=not one_node) for g in gpus_raw) if s]
     cause = _cut(r.cause) or "unknown"
-    ff = r.first_failure if isinstance(r.first_failure, dict) and r.first_failure else None
+    ff = r.first_failure.to_dict(FIRST_FAILURE_KEYS) if r.first_failure is not None else None
     job = r.job or {}
     try:
         confidence = max(0.0, min(1.0, float(r.confidence)))
@@ -170,7 +170,7 @@ def _evidence(r: Report) -> list[dict[str, Any]]:
     for e in r.evidence[:MAX_EVIDENCE]:
         ctx = [{"line": c.get("line"), "text": _cut(c.get("text"), MESSAGE), "hit": c.get("line") == e.line}
                for c in (e.context or []) if isinstance(c, dict) and _int(c.get("line"))]
-        out.append({"time": _stamp(e.time), "where": _where(e.node, e.rank, e.gpu), "rule": _cut(e.rule), "role": _cut(e.role),
+        out.append({"time": _stamp(e.time), "where": _where(e.node, e.rank, e.gpu_index), "rule": _cut(e.rule), "role": _cut(e.role),
                     "cause": _cut(e.cause), "source": _cut(e.source), "loc": _loc(e.file, e.line), "message": _cut(e.message, MESSAGE),
                     "context": ctx})
     return out
@@ -178,7 +178,7 @@ def _evidence(r: Report) -> list[dict[str, Any]]:
 
 def _symptoms(r: Report) -> list[dict[str, Any]]:
     out = []
-    for s in r.symptoms:
+    for s in [x.to_dict() for x in r.symptoms]:
         if not isinstance(s, dict):
             continue
         first = s["first"] if isinstance(s.get("first"), dict) else {}
@@ -203,14 +203,14 @@ def _hosts(r: Report) -> dict[str, Any]:
     (a version, the GPU count) is marked odd, and so is a row with Xids, a slowdown, an
     early last activity or a place in the culprit."""
     act_raw = (r.activity or {}).get("hosts") if isinstance(r.activity, dict) else None
-    cov_raw = (r.coverage or {}).get("hosts") if isinstance(r.coverage, dict) else None
+    cov_raw = r.coverage.to_dict()["hosts"] if r.coverage is not None else None
     act: dict[str, Any] = {str(h["node"]): h for h in act_raw if isinstance(h, dict) and _known(h.get("node"))} if isinstance(act_raw, list) else {}
     cov: dict[str, Any] = {str(k): v for k, v in cov_raw.items() if isinstance(v, dict)} if isinstance(cov_raw, dict) else {}
     names = [str(n) for n in (r.job or {}).get("nodes") or [] if _known(n)]
     # Not the coverage's keys: the string pass (redaction) maps values, not keys.
     names += [str(n) for n in act if _known(n) and str(n) not in names]
     names = sorted(set(names))[:MAX_HOST_ROWS]
-    implicated = {str(n) for n in (r.implicated or {}).get("nodes") or []}
+    implicated = {str(n) for n in r.implicated.nodes or []}
     facts: dict[str, dict[str, Any]] = {n: a if isinstance(a := act.get(n), dict) else {} for n in names}
     versions: dict[str, dict[str, Any]] = {n: v if isinstance(v := f.get("versions"), dict) else {} for n, f in facts.items()}
     components = [c for c in KEY_COMPONENTS if any(c in v for v in versions.values())]
@@ -296,7 +296,7 @@ def _history(r: Report) -> dict[str, Any]:
 
 
 def _coverage(r: Report) -> dict[str, Any]:
-    cov = r.coverage or {}
+    cov = r.coverage.to_dict() if r.coverage is not None else {}
     return {k: cov.get(k) for k in ("files", "recognized", "unrecognized", "unreadable", "events", "ranks_seen", "ranks_expected") if _int(cov.get(k))}
 
 
@@ -310,9 +310,9 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
     strings for the ``timeline`` macro; ``None``-free."""
     act = r.activity or {}
     ranks = [a for a in act.get("ranks") or [] if isinstance(a, dict) and _int(a.get("rank"))]
-    ff = r.first_failure if isinstance(r.first_failure, dict) else {}
+    ff = r.first_failure.to_dict(FIRST_FAILURE_KEYS) if r.first_failure is not None else {}
     t_fail = _when(ff.get("time")) if ff else None
-    sym_times = [t for s in r.symptoms if isinstance(s, dict) and isinstance(s.get("first"), dict) for t in [_when(s["first"].get("time"))] if t]
+    sym_times = [t for s in r.symptoms for t in [_when(s.first.time)] if t]
     sym_times += [t for e in r.evidence if e.role == "symptom" for t in [_when(e.time)] if t]
     marks = [(e, _when(e.time)) for e in r.evidence]
     rank_first = [t for a in ranks for t in [_when(a.get("first"))] if t]
@@ -353,8 +353,8 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
     for e, _ in marks:
         if _known(e.node):
             hosts_of.setdefault(str(e.node), [])
-    implicated_ranks = {x for x in (r.implicated or {}).get("ranks") or [] if _int(x)}
-    implicated_nodes = {str(x) for x in (r.implicated or {}).get("nodes") or []}
+    implicated_ranks = {x for x in r.implicated.ranks or [] if _int(x)}
+    implicated_nodes = {str(x) for x in r.implicated.nodes or []}
     per_rank = len(ranks) <= RANK_ROWS_UP_TO
     median_last = statistics.median_low(rank_last) if rank_last else None
     # A rank stands out when its last line is well before most ranks' (robustly: by the
@@ -403,7 +403,7 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
             yy = top - 8
         px, out = x(t)
         points.append({"x": px, "y": yy, "role": _cut(e.role, 20), "clamped": out,
-                       "tip": f"{_stamp(e.time)} {_where(e.node, e.rank, e.gpu)} [{_cut(e.role, 20)}] {_cut(e.rule)}: {_cut(e.message, 200)} ({_loc(e.file, e.line)})"})
+                       "tip": f"{_stamp(e.time)} {_where(e.node, e.rank, e.gpu_index)} [{_cut(e.role, 20)}] {_cut(e.rule)}: {_cut(e.message, 200)} ({_loc(e.file, e.line)})"})
     height = y + 36
     ticks = []
     for i in range(6):
@@ -428,9 +428,9 @@ def crash_window(r: Report) -> tuple[datetime, datetime] | None:
     """The stretch from the first failure (or the first symptom) to the last rank's last
     line, padded, when it is under a quarter of the whole picture: drawn again on its own,
     since a crash takes seconds of a run of hours."""
-    ff = r.first_failure if isinstance(r.first_failure, dict) else {}
+    ff = r.first_failure.to_dict(FIRST_FAILURE_KEYS) if r.first_failure is not None else {}
     starts = [t for t in [_when(ff.get("time")) if ff else None] if t]
-    starts += [t for s in r.symptoms if isinstance(s, dict) and isinstance(s.get("first"), dict) for t in [_when(s["first"].get("time"))] if t]
+    starts += [t for s in r.symptoms for t in [_when(s.first.time)] if t]
     ranks = [a for a in (r.activity or {}).get("ranks") or [] if isinstance(a, dict)]
     lasts = [t for a in ranks for t in [_when(a.get("last"))] if t]
     firsts = [t for a in ranks for t in [_when(a.get("first"))] if t]
@@ -474,8 +474,9 @@ def render_html(report: Report, **_: Any) -> str:
 
     from crashscope import __version__
 
-    # A report read from a file may hold anything: the mappings the view walks are mappings.
-    empty: dict[str, Any] = {k: {} for k in ("job", "implicated", "activity", "clock", "coverage", "analysis")
+    # A report read from a file may hold anything: the mappings the view walks are mappings
+    # (the typed parts, implicated and coverage, are typed by Report.from_dict).
+    empty: dict[str, Any] = {k: {} for k in ("job", "activity", "clock", "analysis")
                              if not isinstance(getattr(report, k), dict)}
     r = dataclasses.replace(report, **empty)
 

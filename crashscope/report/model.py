@@ -3,29 +3,197 @@ renders. Field names of the contract part are exactly those of ``shared/taxonomy
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 SCHEMA_VERSION = "1"
 
 
-@dataclass
-class EvidenceItem:
-    rule: str
-    cause: str
-    time: str | None
-    node: str | None
-    rank: int | None
-    file: str
-    line: int | None
-    message: str
-    gpu: dict[str, Any] | None = None
-    role: str = "cause"  # cause | symptom | context
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@dataclass(kw_only=True)
+class EventRef:
+    """A reference to one log line: ``file:line``, when (ISO UTC), on which node, rank and
+    GPU (PCI bus id, index), from which source and of which kind, and the line's message.
+    Each place of the report writes the keys it has always written (:meth:`to_dict` with
+    that place's keys), so the JSON is unchanged; what a place does not write is None."""
+
+    file: str | None = None
+    line: int | None = None
+    time: str | None = None
+    node: str | None = None
+    rank: int | None = None
+    gpu: str | None = None
+    gpu_index: int | None = None
     source: str | None = None
     kind: str | None = None
+    message: str | None = None
+
+    def to_dict(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in keys}
+
+    def __getitem__(self, key: str) -> Any:
+        """Deprecated: ``ref["file"]`` as when this was the JSON mapping (use ``ref.file``)."""
+        return getattr(self, key)
+
+    @staticmethod
+    def ref_fields(d: dict[str, Any]) -> dict[str, Any]:
+        """The :class:`EventRef` fields of a JSON mapping (``gpu``: a PCI id string, or the
+        evidence form ``{"pci", "index"}``)."""
+        gpu = d.get("gpu")
+        out: dict[str, Any] = {
+            "file": _str(d.get("file")), "line": _int(d.get("line")), "time": _str(d.get("time")), "node": _str(d.get("node")),
+            "rank": _int(d.get("rank")), "source": _str(d.get("source")), "kind": _str(d.get("kind")), "message": _str(d.get("message")),
+        }
+        if isinstance(gpu, dict):
+            out["gpu"], out["gpu_index"] = _str(gpu.get("pci")), _int(gpu.get("index"))
+        else:
+            out["gpu"], out["gpu_index"] = _str(gpu), _int(d.get("gpu_index"))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EventRef | None:
+        return cls(**cls.ref_fields(d)) if isinstance(d, dict) else None
+
+
+# The keys each place writes, in its order.
+FIRST_FAILURE_KEYS = ("time", "node", "rank", "source", "message", "file", "line")
+SYMPTOM_FIRST_KEYS = ("time", "node", "rank", "file", "line", "message")
+
+
+@dataclass(kw_only=True)
+class EvidenceItem(EventRef):
+    """One line behind the verdict: the rule that matched it, for which cause, in which role."""
+
+    rule: str
+    cause: str
+    file: str = ""
+    message: str = ""
+    role: str = "cause"  # cause | symptom | context
     # The lines around ``line`` in ``file`` ([{"line": n, "text": ...}], the evidence line
     # included), read back by the analysis for the HTML view; empty when not readable.
     context: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        gpu = None if self.gpu is None and self.gpu_index is None else {"pci": self.gpu, "index": self.gpu_index}
+        return {"rule": self.rule, "cause": self.cause, "time": self.time, "node": self.node, "rank": self.rank,
+                "file": self.file, "line": self.line, "message": self.message, "gpu": gpu, "role": self.role,
+                "source": self.source, "kind": self.kind, "context": [dict(c) for c in self.context]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EvidenceItem | None:
+        if not isinstance(d, dict):
+            return None
+        ref = cls.ref_fields(d)
+        ref["file"] = ref["file"] or ""
+        ref["message"] = ref["message"] or ""
+        ctx = [c for c in d.get("context") or [] if isinstance(c, dict)]
+        return cls(rule=str(d.get("rule") or ""), cause=str(d.get("cause") or "unknown"), role=str(d.get("role") or "cause"), context=ctx, **ref)
+
+
+@dataclass
+class Implicated:
+    """The culprit: nodes, ranks and GPUs (``{"node", "index", "pci"?}``)."""
+
+    nodes: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        """Deprecated: ``implicated["nodes"]`` as when this was the JSON mapping (use ``.nodes``)."""
+        return getattr(self, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "ranks": list(self.ranks), "gpus": [dict(g) if isinstance(g, dict) else g for g in self.gpus]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Implicated:
+        d = d if isinstance(d, dict) else {}
+        return cls(nodes=list(d.get("nodes") or []), ranks=list(d.get("ranks") or []), gpus=list(d.get("gpus") or []))
+
+
+@dataclass
+class SymptomGroup:
+    """One collapsed symptom: the same kind and signature on many ranks, its first line,
+    and the expected ranks that did not report it (the hang suspects)."""
+
+    kind: str
+    signature: str
+    count: int = 0
+    ranks: str = ""  # compressed, "0-3,5"
+    n_ranks: int = 0
+    hosts: list[str] = field(default_factory=list)
+    first: EventRef = field(default_factory=EventRef)
+    missing_ranks: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "signature": self.signature, "count": self.count, "ranks": self.ranks, "n_ranks": self.n_ranks,
+                "hosts": list(self.hosts), "first": self.first.to_dict(SYMPTOM_FIRST_KEYS), "missing_ranks": list(self.missing_ranks)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SymptomGroup | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(kind=str(d.get("kind") or ""), signature=str(d.get("signature") or ""), count=_int(d.get("count")) or 0,
+                   ranks=str(d.get("ranks") or ""), n_ranks=_int(d.get("n_ranks")) or 0, hosts=list(d.get("hosts") or []),
+                   first=EventRef.from_dict(d.get("first")) or EventRef(), missing_ranks=list(d.get("missing_ranks") or []))
+
+
+@dataclass
+class HostSummary:
+    """What one host contributed (``Coverage.hosts``): events, sources, ranks, time span."""
+
+    events: int = 0
+    sources: list[str] = field(default_factory=list)
+    ranks: int = 0
+    first: str | None = None
+    last: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"events": self.events, "sources": list(self.sources), "ranks": self.ranks, "first": self.first, "last": self.last}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> HostSummary:
+        d = d if isinstance(d, dict) else {}
+        return cls(events=_int(d.get("events")) or 0, sources=list(d.get("sources") or []), ranks=_int(d.get("ranks")) or 0,
+                   first=_str(d.get("first")), last=_str(d.get("last")))
+
+
+@dataclass
+class Coverage:
+    """How much of the job was read: files (recognized, unrecognized, unreadable), bytes,
+    events, per host (keyed by host name, ``"?"`` for lines of no host), ranks seen of expected."""
+
+    files: int = 0
+    recognized: int = 0
+    unrecognized: int = 0
+    unreadable: int = 0
+    bytes: int = 0
+    events: int = 0
+    hosts: dict[str, HostSummary] = field(default_factory=dict)
+    ranks_seen: int = 0
+    ranks_expected: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": self.files, "recognized": self.recognized, "unrecognized": self.unrecognized, "unreadable": self.unreadable,
+                "bytes": self.bytes, "events": self.events, "hosts": {h: s.to_dict() for h, s in self.hosts.items()},
+                "ranks_seen": self.ranks_seen, "ranks_expected": self.ranks_expected}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Coverage | None:
+        if not isinstance(d, dict) or not d:
+            return None
+        raw = d.get("hosts")
+        hosts: dict[Any, Any] = raw if isinstance(raw, dict) else {}
+        return cls(**{k: _int(d.get(k)) or 0 for k in ("files", "recognized", "unrecognized", "unreadable", "bytes", "events", "ranks_seen")},
+                   hosts={str(h): HostSummary.from_dict(v) for h, v in hosts.items()}, ranks_expected=_int(d.get("ranks_expected")))
 
 
 @dataclass
@@ -34,8 +202,8 @@ class Report:
     cause: str = "unknown"
     confidence: float = 0.0
     alternatives: list[dict[str, Any]] = field(default_factory=list)
-    implicated: dict[str, list[Any]] = field(default_factory=lambda: {"nodes": [], "ranks": [], "gpus": []})
-    first_failure: dict[str, Any] | None = None
+    implicated: Implicated = field(default_factory=Implicated)
+    first_failure: EventRef | None = None
     evidence: list[EvidenceItem] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -43,8 +211,8 @@ class Report:
     # Beyond the contract: what a person needs to trust or question the verdict.
     summary: str = ""
     missing: list[str] = field(default_factory=list)  # data whose absence lowers confidence
-    coverage: dict[str, Any] = field(default_factory=dict)
-    symptoms: list[dict[str, Any]] = field(default_factory=list)
+    coverage: Coverage | None = None  # None (JSON {}) until an analysis fills it
+    symptoms: list[SymptomGroup] = field(default_factory=list)
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     co_occurring: list[dict[str, Any]] = field(default_factory=list)
     classifier: dict[str, Any] | None = None
@@ -70,32 +238,35 @@ class Report:
         return fingerprint_of(self.cause, self.implicated)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        ordered = {"schema_version": SCHEMA_VERSION}
-        ordered.update(d)
+        ordered: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "first_failure":
+                ordered[f.name] = v.to_dict(FIRST_FAILURE_KEYS) if v is not None else None
+            elif f.name == "coverage":
+                ordered[f.name] = v.to_dict() if v is not None else {}
+            elif f.name in ("implicated",):
+                ordered[f.name] = v.to_dict()
+            elif f.name in ("evidence", "symptoms"):
+                ordered[f.name] = [x.to_dict() for x in v]
+            else:
+                ordered[f.name] = copy.deepcopy(v)
         ordered["fingerprint"] = self.fingerprint
         return ordered
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Report:
         """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
-        ignored, missing ones take their defaults, so older and newer reports load."""
+        ignored, missing ones take their defaults, so older and newer reports load:
+        ``Report.from_dict(r.to_dict()) == r``."""
+        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms")
         names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names and k != "evidence"}
-        ev_names = {f.name for f in fields(EvidenceItem)}
-        evidence = []
-        for e in d.get("evidence") or []:
-            if isinstance(e, dict):
-                item = {k: v for k, v in e.items() if k in ev_names}
-                item.setdefault("rule", "")
-                item.setdefault("cause", "unknown")
-                item.setdefault("file", "")
-                item.setdefault("message", "")
-                for k in ("time", "node", "rank", "line"):
-                    item.setdefault(k, None)
-                evidence.append(EvidenceItem(**item))
+        kw = {k: copy.deepcopy(v) for k, v in d.items() if k in names and k not in typed}
         kw.setdefault("job", {})
-        return cls(evidence=evidence, **kw)
+        evidence = [e for e in (EvidenceItem.from_dict(x) for x in d.get("evidence") or []) if e is not None]
+        symptoms = [s for s in (SymptomGroup.from_dict(x) for x in d.get("symptoms") or []) if s is not None]
+        return cls(evidence=evidence, symptoms=symptoms, implicated=Implicated.from_dict(d.get("implicated")),
+                   first_failure=EventRef.from_dict(d.get("first_failure")), coverage=Coverage.from_dict(d.get("coverage")), **kw)
 
     def map_strings(self, fn: Callable[[str], str]) -> Report:
         """A copy with ``fn`` applied to every string value (the hook for redaction)."""
@@ -104,10 +275,10 @@ class Report:
         return map_strings(self, fn)  # type: ignore[no-any-return]
 
 
-def fingerprint_of(cause: str, implicated: dict[str, list[Any]] | None) -> str:
+def fingerprint_of(cause: str, implicated: Implicated | dict[str, list[Any]] | None) -> str:
     import hashlib
 
-    imp = implicated or {}
+    imp = implicated.to_dict() if isinstance(implicated, Implicated) else implicated or {}
     culprit: list[str] = sorted(str(n) for n in imp.get("nodes") or [])
     if not culprit:
         culprit = sorted(

@@ -14,7 +14,7 @@ import json
 from typing import Any, Callable
 
 from crashscope.hostlist import compress_ints
-from crashscope.report.model import Report
+from crashscope.report.model import FIRST_FAILURE_KEYS, Report
 from crashscope.report.safe import (
     escape_controls,
     json_text,
@@ -91,15 +91,21 @@ def _gpu(g: Any) -> str:
     return " ".join(parts)
 
 
-def _where(node: Any, rank: Any, gpu: Any = None) -> str:
+def _where(node: Any, rank: Any, gpu_index: Any = None) -> str:
     parts = []
     if _known(node):
         parts.append(_t(node))
     if rank is not None:
         parts.append(f"rank {_t(rank)}")
-    if isinstance(gpu, dict) and gpu.get("index") is not None:
-        parts.append(f"GPU {_t(gpu['index'])}")
+    if gpu_index is not None:
+        parts.append(f"GPU {_t(gpu_index)}")
     return " ".join(parts)
+
+
+def _first_failure(report: Report) -> dict[str, Any] | None:
+    """The first failure as the JSON has it (the views escape each value as they write it)."""
+    ff = report.first_failure
+    return ff.to_dict(FIRST_FAILURE_KEYS) if ff is not None else None
 
 
 def _ranks(ranks: list[Any]) -> str:
@@ -252,13 +258,13 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
         alts = ", ".join(f"{_t(a.get('cause'))} {float(a.get('probability') or 0):.2f}" for a in report.alternatives[:3] if isinstance(a, dict))
         line(("alternatives: ", "dim"), (alts, "dim"), indent=2)
     line(_job_line(report.job or {}))
-    culprit = _culprit(report.implicated or {})
+    culprit = _culprit(report.implicated.to_dict())
     if culprit:
         line(("Culprit: ", "bold"), culprit)
     elif bad:
         line(("Culprit: ", "bold"), UNKNOWN)
-    ff = report.first_failure
-    if isinstance(ff, dict) and ff:
+    ff = _first_failure(report)
+    if ff:
         where = _where(ff.get("node"), ff.get("rank"))
         src = _t(ff.get("source")) if _known(ff.get("source")) else ""
         head2: list[Any] = [("First failure: ", "bold"), _time(ff.get("time")) or "time unknown"]
@@ -291,12 +297,12 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
         items = capped("evidence", list(report.evidence))
         line((f"Evidence ({len(report.evidence)})", "bold"))
         for e in items:
-            where = _where(e.node, e.rank, e.gpu)
+            where = _where(e.node, e.rank, e.gpu_index)
             line(f"  {_time(e.time) or 'time unknown'}  ", where + ("  " if where else ""), (_loc(e.file, e.line), "dim"))
             line((f"[{_t(e.role)}] ", "dim"), (_t(e.rule), "bold"), ": ", _t(e.message, msg_limit), indent=4, wrap=full)
 
     if report.symptoms:
-        items = capped("symptoms", list(report.symptoms))
+        items = capped("symptoms", [s.to_dict() for s in report.symptoms])
         line((f"Collapsed symptoms ({len(report.symptoms)})", "bold"))
         for s in items:
             if not isinstance(s, dict):
@@ -367,7 +373,7 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
         line(("Missing data (lowers confidence)", "bold"))
         for m in capped("missing", list(report.missing)):
             bullet(_t(m, 1000))
-    cov = report.coverage or {}
+    cov = report.coverage.to_dict() if report.coverage is not None else {}
     if cov:
         hosts = [h for h in (cov.get("hosts") or {}) if _known(h)]
         parts = [f"{cov.get('files', 0)} files ({cov.get('recognized', 0)} recognized, {cov.get('unrecognized', 0)} unrecognized, {cov.get('unreadable', 0)} unreadable)",
@@ -399,7 +405,7 @@ def render_markdown(report: Report, **_: Any) -> str:
     out = [f"# crashscope: {_mdc(report.cause) or UNKNOWN} (confidence {report.confidence:.2f})", "", _mdt(_job_line(job)) + "."]
     if report.summary:
         out += ["", _mdt(report.summary, 2000)]
-    imp = report.implicated or {}
+    imp = report.implicated.to_dict()
     nodes = ", ".join(_mdt(n) for n in imp.get("nodes") or [] if _known(n))
     gpus = ", ".join(_mdt(_gpu(g)) for g in imp.get("gpus") or [] if _gpu(g))
     if nodes or imp.get("ranks") or gpus:
@@ -412,8 +418,8 @@ def render_markdown(report: Report, **_: Any) -> str:
     if report.repro:
         rl = _repro_lines(report.repro, _mdt)
         out += ["", "## Reproduction (crashscope repro)", "", rl[0], ""] + [f"- {x}" for x in rl[1:]]
-    ff = report.first_failure
-    if isinstance(ff, dict) and ff:
+    ff = _first_failure(report)
+    if ff:
         where = _where(ff.get("node"), ff.get("rank"))
         src = f" ({_mdt(ff.get('source'))})" if _known(ff.get("source")) else ""
         out += ["", "## First failure", "", f"{_mdt(_time(ff.get('time')) or 'time unknown')}{' on ' + _mdt(where) if where else ''}{src}:", ""]
@@ -428,7 +434,7 @@ def render_markdown(report: Report, **_: Any) -> str:
             out.append(f"| {_mdt(_time(e.time))} | {_mdt(e.node)} | {rank} | {_mdt(e.rule)} ({_mdt(e.role)}) | {_mdc(_loc(e.file, e.line), table=True)} | {_mdc(e.message, 160, table=True)} |")
     if report.symptoms:
         out += ["", "## Collapsed symptoms", ""]
-        for s in report.symptoms[:8]:
+        for s in [x.to_dict() for x in report.symptoms[:8]]:
             if not isinstance(s, dict):
                 continue
             first: dict[str, Any] = s["first"] if isinstance(s.get("first"), dict) else {}

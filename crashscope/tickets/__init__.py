@@ -98,7 +98,7 @@ class TicketResult:
 def _culprit(report: Any) -> str:
     from crashscope.hostlist import compress
 
-    imp = report.implicated or {}
+    imp = report.implicated.to_dict()
     nodes = [str(n) for n in imp.get("nodes") or []]
     ranks = [str(r) for r in imp.get("ranks") or []]
     out = []
