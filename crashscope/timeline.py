@@ -3,13 +3,17 @@
 Steps, in order (each is a pure function of the frame):
 
 1. identity: (host, pid) -> global rank from NCCL communicator init; (host, local rank)
-   -> global rank from torchrun summaries; (host, rank) <-> GPU PCI id, so a kernel Xid
-   on ``0000:3b:00.0`` lands on the rank that drove that GPU.
+   -> global rank from torchrun summaries; rank -> node from the job node its own log
+   header names; under torchrun, a launcher line's ``srun -l`` task -> its node; (host,
+   rank) <-> GPU PCI id, so a kernel Xid on ``0000:3b:00.0`` lands on the rank that drove
+   that GPU.
 2. kernel clocks: boot-relative dmesg stamps -> UTC with a per-host boot epoch taken
    from journald JSON pairs, ``/proc/stat`` btime or syslog lines carrying both clocks.
 3. clock skew: events that happen at one instant everywhere (the watchdog timeout of one
-   SeqNum on every rank, a Slurm cancel of one step on every node) give each host's offset
-   from the job median; offsets above ``SKEW_THRESHOLD_S`` are corrected (``aligned``).
+   SeqNum on every rank, a Slurm cancel of one step on every node, every node's torchrun
+   agent starting, and receiving the step's signal) give each host's offset from the job
+   median (the median over its anchors); offsets above ``SKEW_THRESHOLD_S`` backed by at
+   least two agreeing observations are corrected (``aligned``), weaker ones only reported.
 4. interpolation: events without a time take the previous (else next) stamped event's time
    in the same file (``estimated``).
 5. symptom groups: the same event on many ranks collapses into one group with its count,
@@ -31,6 +35,9 @@ from crashscope.ingest import IngestResult
 from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events, world_size
 
 SKEW_THRESHOLD_S = 2.0
+SKEW_MIN_HOSTS = 3  # an anchor seen on fewer hosts cannot tell which clock is off
+SKEW_MIN_OBS = 2  # observations of a host's offset (anchors x its ranks) before it is corrected
+SKEW_MAX_SPREAD = 1.0  # seconds: a host's anchors must agree this well
 GROUP_MIN_MEMBERS = 2
 SEVERITY_ORDER = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
 
@@ -310,7 +317,9 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
+    ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
+    ev = _launcher_task_hosts(ev)
     ev = _pid_only_ranks(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
     rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
@@ -318,6 +327,55 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_rh").alias("host")).drop("_rh")
     return _hosts_by_elimination(ev).sort("_id")
+
+
+# A node named in a rank's own log header: a bracketed field (``[n2]``, python logging
+# ``%(hostname)s`` in brackets) or a ``node=``/``host=``/``hostname=`` field.
+OWN_HOST_MIN_SHARE = 0.5
+
+
+def _job_nodes(ev: pl.DataFrame) -> list[str]:
+    """The job's nodes as Slurm lists them (the longest NodeList any record gives)."""
+    nodes: list[str] = []
+    for a in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["attrs"].drop_nulls().to_list():
+        v = attrs_of(a).get("nodes")
+        if isinstance(v, list) and len(v) > len(nodes) and all(isinstance(x, str) for x in v):
+            nodes = v
+    return nodes
+
+
+def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Rank -> node from the rank's own log lines: an application log whose every line
+    names the rank and, in its header, one of the job's nodes (``[rank 1/4] [n1] train -
+    ...``, ``node=n1``). Under torchrun the srun task ids are node indices and the agent's
+    summary says ``localhost``, so this is often the only line that ties a rank to its node.
+    Only a node of the job's NodeList counts (``host=vm`` is the machine, not the Slurm
+    node), only when it is the one node named by at least half of that rank's lines."""
+    nodes = [n for n in _job_nodes(ev) if 1 <= len(n) <= 64 and n not in NAMELESS_HOSTS]
+    if not nodes or len(nodes) > 4096:
+        return ev
+    todo = ev.filter((pl.col("source") == "applog") & pl.col("rank").is_not_null() & pl.col("host").is_null())
+    if todo.height == 0:
+        return ev
+    import regex
+
+    alt = "|".join(regex.escape(n) for n in sorted(nodes, key=len, reverse=True))
+    rx = r"(?:\[(" + alt + r")\]|\b(?:node|host|hostname|nodename)[=:] ?(" + alt + r")(?:[\s,;\])]|$))"
+    named = todo.select(
+        "rank",
+        pl.coalesce(pl.col("message").str.slice(0, 240).str.extract(rx, 1), pl.col("message").str.slice(0, 240).str.extract(rx, 2)).alias("_n"),
+    )
+    per = named.group_by("rank").agg(
+        pl.len().alias("_lines"), pl.col("_n").drop_nulls().n_unique().alias("_k"), pl.col("_n").drop_nulls().mode().first().alias("_oh"),
+        pl.col("_n").drop_nulls().len().alias("_hits"),
+    )
+    per = per.filter((pl.col("_k") == 1) & (pl.col("_hits") >= OWN_HOST_MIN_SHARE * pl.col("_lines")))
+    if per.height == 0:
+        return ev
+    m = per.select(pl.col("rank").cast(ev.schema["rank"]), "_oh")
+    ev = ev.join(m, on="rank", how="left")
+    fill = (pl.col("source") == "applog") & pl.col("host").is_null()
+    return ev.with_columns(pl.when(fill).then(pl.col("_oh")).otherwise(pl.col("host")).alias("host")).drop("_oh")
 
 
 def _hosts_by_elimination(ev: pl.DataFrame) -> pl.DataFrame:
@@ -435,6 +493,39 @@ def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_sh").alias("host")).drop("_sh")
 
 
+def _launcher_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Under torchrun started by srun (one task per node), a launcher line's ``srun -l`` task
+    label is its node: the node that ``srun: error: <node>: task <n>`` names for task n, else
+    the n-th node of the job's NodeList when there are as many tasks as nodes (srun numbers
+    the tasks of a one-task-per-node step in NodeList order)."""
+    if not ev["attrs"].str.contains('"srun_task"', literal=True).any() or not under_torchrun(ev):
+        return ev
+    task = _attr("attrs", "srun_task", pl.Int64)
+    todo = ev.filter(pl.col("host").is_null() & pl.col("attrs").str.contains('"srun_task"', literal=True))
+    if todo.height == 0:
+        return ev
+    said: dict[int, str] = {}
+    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
+    for a in exits["attrs"].to_list():
+        d = attrs_of(a)
+        hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
+        if len(hosts) == 1 and isinstance(hosts[0], str) and len(tasks) == 1 and isinstance(tasks[0], int):
+            said.setdefault(tasks[0], hosts[0])
+    nodes = _job_nodes(ev)
+    seen = ev.filter(pl.col("attrs").str.contains('"srun_task"', literal=True)).select(task.alias("t"))["t"].drop_nulls()
+    layout: dict[int, str] = {}
+    if nodes and seen.len() and int(seen.max()) + 1 <= len(nodes) == seen.n_unique() and int(seen.min()) >= 0:  # type: ignore[arg-type,operator]
+        layout = dict(enumerate(nodes))
+        if any(layout.get(t) != h for t, h in said.items()):
+            layout = {}  # the layout guess contradicts what srun said: trust only srun
+    pairs = {**layout, **said}
+    if not pairs:
+        return ev
+    m = pl.DataFrame({"_task": list(pairs), "_th": list(pairs.values())}, schema={"_task": pl.Int64, "_th": pl.String})
+    ev = ev.with_columns(task.alias("_task")).join(m, on="_task", how="left")
+    return ev.with_columns(pl.coalesce("host", "_th").alias("host")).drop("_task", "_th").sort("_id")
+
+
 def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
     """(host, rank) -> GPU PCI, and back: kernel/telemetry events on a GPU get its rank."""
     known = ev.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null() & pl.col("gpu").is_not_null())
@@ -503,7 +594,20 @@ def _kernel_clock(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
 
 
 def _clock_skew(ev: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, dict[str, float]]:
-    """Per-host offsets from events that happen at one instant on every host."""
+    """Per-host offsets from events that happen at one true instant on every host:
+
+    * the collective timeout of one (process group, sequence number) on every rank (each
+      rank's watchdog fires ``timeout`` after the same collective started);
+    * the slurmstepd cancel banner of one step on every node;
+    * the start of each node's torchrun agent (srun starts the step's tasks together);
+    * each node's torchrun agent receiving the step's signal (srun signals every task of the
+      step at once: ``Received SIGTERM death signal, shutting down workers``).
+
+    An anchor counts when at least ``SKEW_MIN_HOSTS`` hosts saw it; a host's offset is the
+    median over its anchors of (its time - the anchor's median over hosts). The timeline is
+    shifted only on strong evidence: ``|offset| >= SKEW_THRESHOLD_S``, at least
+    ``SKEW_MIN_OBS`` observations on that host (two anchors, or one anchor seen by several
+    of its ranks), and the observations agree (spread within ``SKEW_MAX_SPREAD``)."""
     anchors = ev.filter(pl.col("time").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
     to = anchors.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value).with_columns(
         pl.concat_str([pl.lit("to:"), _attr("attrs", "pg_id").fill_null(""), pl.lit(":"), _attr("attrs", "seq").fill_null("")]).alias("_k")
@@ -511,18 +615,37 @@ def _clock_skew(ev: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, di
     ca = anchors.filter(pl.col("kind") == Kind.JOB_CANCEL.value).with_columns(
         pl.concat_str([pl.lit("cancel:"), _attr("attrs", "id").fill_null("")]).alias("_k")
     )
-    a = pl.concat([to, ca], how="vertical").filter(~pl.col("_k").str.ends_with(":"))
+    # launcher lines: one per agent and node; a host with two (a restarted job) says nothing
+    st = anchors.filter(
+        (pl.col("kind") == Kind.JOB_STEP.value) & pl.col("attrs").str.contains('"launcher_start"', literal=True)
+    ).with_columns(pl.concat_str([pl.lit("start:"), _attr("attrs", "launcher").fill_null("")]).alias("_k"))
+    sg = anchors.filter(
+        (pl.col("kind") == Kind.SIGNAL.value) & pl.col("attrs").str.contains('"received"', literal=True)
+        & pl.col("attrs").str.contains('"agent_pid"', literal=True)
+    ).with_columns(pl.concat_str([pl.lit("signal:"), _attr("attrs", "signal").fill_null("")]).alias("_k"))
+    once = pl.concat([st, sg], how="vertical")
+    if once.height:
+        single = once.group_by(["_k", "host"]).agg(pl.len().alias("_c")).filter(pl.col("_c") == 1).drop("_c")
+        once = once.join(single, on=["_k", "host"], how="semi")
+    a = pl.concat([to, ca, once], how="vertical").filter(~pl.col("_k").str.ends_with(":"))
     if a.height == 0:
         return ev, {}
     a = a.with_columns(pl.col("time").dt.epoch("ns").alias("_t"))
-    per_host = a.group_by(["_k", "host"]).agg(pl.col("_t").median().alias("_ht"))
-    multi = per_host.group_by("_k").agg(pl.len().alias("_nh"), pl.col("_ht").median().alias("_gt")).filter(pl.col("_nh") >= 3)
+    per_host = a.group_by(["_k", "host"]).agg(pl.col("_t").median().alias("_ht"), pl.len().alias("_obs"))
+    multi = per_host.group_by("_k").agg(pl.len().alias("_nh"), pl.col("_ht").median().alias("_gt")).filter(pl.col("_nh") >= SKEW_MIN_HOSTS)
     if multi.height == 0:
         return ev, {}
     d = per_host.join(multi, on="_k").with_columns(((pl.col("_ht") - pl.col("_gt")) / 1e9).alias("_off"))
-    offs = d.group_by("host").agg(pl.col("_off").median().alias("off"))
-    skew = {h: round(o, 3) for h, o in sorted(offs.iter_rows(), key=lambda r: r[0] or "") if h}
-    fix = {h: o for h, o in skew.items() if abs(o) >= SKEW_THRESHOLD_S}
+    offs = d.group_by("host").agg(
+        pl.col("_off").median().alias("off"), pl.col("_obs").sum().alias("obs"),
+        (pl.col("_off").max() - pl.col("_off").min()).alias("spread"),
+    )
+    skew = {h: round(o, 3) for h, o, _, _ in sorted(offs.iter_rows(), key=lambda r: r[0] or "") if h}
+    strong = {h for h, o, n, sp in offs.iter_rows() if h and n >= SKEW_MIN_OBS and sp <= max(SKEW_MAX_SPREAD, 0.25 * abs(o))}
+    fix = {h: o for h, o in skew.items() if abs(o) >= SKEW_THRESHOLD_S and h in strong}
+    for h, o in sorted(skew.items()):
+        if abs(o) >= SKEW_THRESHOLD_S and h not in strong:
+            warnings.append(f"clock of {h} may be {o:+.1f} s off the other hosts (too few or disagreeing anchors); its events were not shifted")
     if not fix:
         return ev, skew
     for h, o in sorted(fix.items()):

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from crashscope.ingest import IngestResult
 from crashscope.timeline import build_timeline
@@ -181,3 +182,118 @@ def test_one_world_size_for_the_timeline_and_the_rule_engine() -> None:
     ])
     assert world_size(ev) == 16 == infer_expected_ranks(ev)
     assert _tl([make_event(kind="comm_init", source="nccl", rank=0, attrs={"nranks": 32})]).world_size == 32
+
+
+def _app_line(rank: int, node: str, t: float, line: int, text: str) -> pl.DataFrame:
+    # what applog emits for "2026-.. - INFO - [rank R/4] [nX] train - step ..." (stamp stripped)
+    return make_event(kind="train_step", source="applog", host=None, rank=rank, t=t, file=f"logs/rank{rank}.log", line=line,
+                      message=f"- [rank {rank}/4] [{node}] train - {text}", severity="info")
+
+
+def _nodelist(nodes: list[str]) -> pl.DataFrame:
+    return make_event(kind="job_state", source="slurm", host=None, t=900, file="scontrol_show_job.txt", line=1,
+                      message="scontrol: JobId=4 JobState=FAILED", attrs={"state": "failed", "nodes": nodes})
+
+
+def test_a_rank_is_on_the_job_node_its_own_log_header_names() -> None:
+    """Under torchrun srun's task ids are node indices and the agent says `localhost`: the rank's
+    own logging header ("[rank 1/4] [n1]", "node=n1") is what ties it to a node."""
+    frames = [_nodelist(["n1", "n2"])]
+    for r, node in enumerate(["n1", "n1", "n2", "n2"]):
+        frames += [_app_line(r, node, 10 + i, i + 1, f"step {i} loss 0.6") for i in range(4)]
+    # a rank whose lines name a node only once in five, and another job node in passing: no guess
+    frames += [make_event(kind="log_error", source="applog", host=None, rank=5, t=20 + i, file="logs/rank5.log", line=i + 1,
+                          message="connection to [n2] lost" if i == 0 else "retrying", severity="error") for i in range(5)]
+    # host=vm is the machine (not in the NodeList), node=n2 is the Slurm node
+    frames.append(make_event(kind="activity", source="applog", host=None, rank=6, t=30, file="logs/rank6.log", line=1,
+                             message="started pid=7 node=n2 host=vm rank=6", severity="info"))
+    tl = _tl(frames)
+    host = dict(tl.events.filter(pl.col("source") == "applog").group_by("rank").agg(pl.col("host").first()).iter_rows())
+    assert host[0] == "n1" and host[1] == "n1" and host[2] == "n2" and host[3] == "n2"
+    assert host[5] is None
+    assert host[6] == "n2"
+
+
+def _agent(kind: str, task: int, t: float, line: int, **attrs) -> pl.DataFrame:  # type: ignore[no-untyped-def]
+    msg = ("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default" if kind == "job_step"
+           else "Received 15 death signal, shutting down workers")
+    a = {"action": "launcher_start", "launcher": "torchrun"} if kind == "job_step" else {"signal": "SIGTERM", "direction": "received"}
+    return make_event(kind=kind, source="pytorch", host=None, t=t, file="slurm-7.out", line=line, message=msg,
+                      attrs={**a, "agent_pid": 100 + task, "srun_task": task, **attrs}, severity="warning")
+
+
+def _torchrun_job(skews: list[float], signals: bool = True) -> list[pl.DataFrame]:
+    nodes = [f"n{i + 1}" for i in range(len(skews))]
+    frames = [_nodelist(nodes), make_event(kind="process_exit", source="slurm", host="n1", t=400, file="slurm-7.out", line=90,
+                                           message="srun: error: n1: task 0: Exited with exit code 1",
+                                           attrs={"hosts": ["n1"], "tasks": [0], "exitcode": 1}, local_rank=None)]
+    for i, s in enumerate(skews):
+        frames.append(_agent("job_step", i, 10 + 0.02 * i + s, 1 + i))
+        if signals:
+            frames.append(_agent("signal", i, 400.5 + 0.01 * i + s, 50 + i))
+    # a torchrun worker's traceback line, so the job reads as a torchrun job
+    frames.append(make_event(kind="exception", source="pytorch", host=None, rank=0, local_rank=0, t=399, file="slurm-7.out", line=80,
+                             message="RuntimeError: boom"))
+    return frames
+
+
+def test_launcher_lines_land_on_their_node_by_srun_task() -> None:
+    """Under torchrun the `srun -l` label of an agent's line is its node: srun's own error line
+    names task 0's node, the NodeList order the others' (one task per node)."""
+    tl = _tl(_torchrun_job([0.0, 0.0, 0.0, 0.0]))
+    starts = tl.events.filter(pl.col("kind") == "job_step").sort("line")
+    assert starts["host"].to_list() == ["n1", "n2", "n3", "n4"]
+
+
+def test_clock_skew_from_launcher_start_and_step_signal() -> None:
+    """Two anchors (every agent starts, every agent gets the step's SIGTERM) agree that n3 is
+    5.2 s behind: its events are shifted and the offset is reported."""
+    tl = _tl(_torchrun_job([0.0, 0.0, -5.2, 0.0]))
+    assert abs(tl.skew_s["n3"] + 5.2) < 0.1
+    assert all(abs(tl.skew_s[h]) < 0.1 for h in ("n1", "n2", "n4"))
+    n3 = tl.events.filter(pl.col("host") == "n3")
+    assert set(n3["time_quality"].cast(pl.String).to_list()) == {"aligned"}
+    start = n3.filter(pl.col("kind") == "job_step")["time"][0]
+    assert abs((start - datetime.fromtimestamp((T0 + 10.04 * SEC) / SEC, timezone.utc)).total_seconds()) < 0.2
+    assert any("clock of n3 is -5.2 s" in w for w in tl.warnings)
+
+
+def test_a_single_anchor_reports_skew_but_does_not_shift() -> None:
+    """One anchor alone (only the agents' start) is weak evidence: the offset is reported and
+    flagged, the timeline is left as the clocks wrote it."""
+    tl = _tl(_torchrun_job([0.0, 0.0, 0.0, 4.5], signals=False))
+    assert abs(tl.skew_s["n4"] - 4.5) < 0.1
+    assert "aligned" not in tl.events["time_quality"].cast(pl.String).to_list()
+    assert any("clock of n4 may be +4.5 s" in w and "not shifted" in w for w in tl.warnings)
+
+
+def test_the_sample_jobs_planted_skew_is_found_and_corrected() -> None:
+    """fixtures/jobs/sample_fabric_timeout: node002's clock is 5.216 s behind (truth.json). After
+    the correction the node002 symptom no longer precedes the node001 cable error."""
+    import json
+
+    from crashscope.pipeline import load_timeline
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / "sample_fabric_timeout"
+    planted = json.loads((root / "truth.json").read_text())["options"]["clock_skew_s"]
+    tl = load_timeline(root).timeline  # the job's zone (America/Chicago) applied, as analyze does
+    assert set(h for h, o in tl.skew_s.items() if abs(o) >= 2.0) == set(planted) == {"node002"}
+    assert abs(tl.skew_s["node002"] - planted["node002"]) < 0.3
+    ev = tl.events
+    cable = ev.filter(pl.col("message").str.contains("Cable error", literal=True))["time"].min()
+    closed = ev.filter(pl.col("message").str.contains("Connection closed by remote peer", literal=True) & (pl.col("host") == "node002"))["time"].min()
+    assert cable is not None and closed is not None and closed > cable
+
+
+@pytest.mark.parametrize("seed", [2, 3, 5])
+def test_simulated_skew_is_found_on_the_planted_host_only(tmp_path: Path, seed: int) -> None:
+    from crashscope.ingest import ingest
+    from crashscope.simulate import simulate
+
+    truth = simulate(tmp_path / "job", cause="fabric_timeout", nodes=4, gpus_per_node=2, seed=seed, layout="slurm_out")
+    planted = truth["options"]["clock_skew_s"]
+    tl = build_timeline(ingest(tmp_path / "job"))
+    shifted = {w.split()[2] for w in tl.warnings if w.startswith("clock of") and "were shifted" in w}
+    assert shifted == set(planted)
+    for h, o in planted.items():
+        assert abs(tl.skew_s[h] - o) < 0.5

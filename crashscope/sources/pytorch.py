@@ -36,8 +36,13 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
   chained (types of earlier exceptions in the chain), nccl_result, nccl_version
 * cuda_error: error;  cuda_oom: tried_bytes, device, free_bytes, total_bytes
 * version: component "nccl", version (from ``NCCL error ... NCCL version X``; once per file and rank)
-* signal: signal, pid, direction (sent|received), agent_pid
-* process_exit: exitcode, signal (when negative), local_rank, pid, binary, agent_pid
+* signal: signal, pid, direction (sent|received), agent_pid, srun_task (the ``srun -l`` label of the
+  agent's line: under torchrun the task is the node, not a rank)
+* process_exit: exitcode, signal (when negative), local_rank, pid, binary, agent_pid, srun_task
+* job_step: action ``launcher_start``, launcher ``torchrun``, agent_pid, srun_task: torchrun's start
+  banner (``torch/distributed/run.py``: "Setting OMP_NUM_THREADS environment variable for each
+  process to be 1 in default", logged once per agent when it starts more than one worker); every
+  node's agent of one srun step starts at the same moment, so the timeline uses it as a clock anchor
 * root_cause_report: root, time_text, host, rank, local_rank, exitcode, signal, pid, error_file,
   traceback (first line), error (last exception line of a multi-line traceback), name
 
@@ -84,6 +89,7 @@ _PREFILTER_PARTS = (
     r"CUDA out of memory",
     r"closing signal SIG",
     r"death signal, shutting down workers",
+    r"Setting OMP_NUM_THREADS environment variable for each process",
     r"failed \(exitcode: ",
     r"Root Cause \(first observed failure\)",
     r"Failures:",
@@ -198,7 +204,12 @@ _AGENT_CLOSING = regex.compile(r"Sending process (?P<pid>\d+) closing signal (?P
 _AGENT_FAILED = regex.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of (?:binary: |fn: )?(?P<bin>.*?)\s*$"
 )
-_AGENT_DEATH = regex.compile(r"Received (?:Signals\.)?(?P<sig>SIG\w+) death signal, shutting down workers")
+# torch <= 2.5 logs the Signals member ("Received Signals.SIGTERM death signal"), later ones its number
+# ("Received 15 death signal", torch/distributed/elastic/agent/server/api.py: e.sigval)
+_AGENT_DEATH = regex.compile(r"Received (?:Signals\.)?(?P<sig>SIG\w+|\d{1,2}) death signal, shutting down workers")
+# torch/distributed/run.py config_from_args(): logger.warning("\n*****...\nSetting OMP_NUM_THREADS environment
+# variable for each process to be %s in default, to avoid your system being overloaded, ...") (torch 1.9 - 2.13)
+_AGENT_START = regex.compile(r"^\s*Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default")
 
 _RC_ROOT = regex.compile(r"^Root Cause \(first observed failure\):\s*$")
 _RC_FAILURES = regex.compile(r"^Failures:\s*$")
@@ -297,6 +308,11 @@ class _Desync:
     time: int | None
     tq: Any
     local_rank: int | None
+
+
+def _task(prefix) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The ``srun -l`` task label of a launcher's line, when it had one."""
+    return {"srun_task": prefix.task} if prefix.task is not None else {}
 
 
 class PytorchSource(LineSource):
@@ -536,7 +552,7 @@ class _Parser:
             apid = pid
             self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=int(am.group("pid")),
                          attrs={"signal": am.group("sig"), "pid": int(am.group("pid")), "direction": "sent",
-                                **({"agent_pid": apid} if apid else {})}, **base))
+                                **({"agent_pid": apid} if apid else {}), **_task(prefix)}, **base))
             return
         if am := _AGENT_FAILED.search(msg):
             code = int(am.group("code"))
@@ -546,15 +562,22 @@ class _Parser:
                 attrs["signal"] = sig
             if pid:
                 attrs["agent_pid"] = pid
+            attrs.update(_task(prefix))
             b = dict(base, local_rank=int(am.group("lr")))
             self.add(_Ev(Kind.PROCESS_EXIT, message=short, severity=Severity.ERROR if code else Severity.INFO,
                          pid=int(am.group("pid")), attrs=attrs, **b))
             return
         if am := _AGENT_DEATH.search(msg):
-            attrs = {"signal": am.group("sig"), "direction": "received"}
+            sig = am.group("sig")
+            attrs = {"signal": sig if not sig.isdigit() else (_signame(-int(sig)) or sig), "direction": "received"}
             if pid:
                 attrs["agent_pid"] = pid
+            attrs.update(_task(prefix))
             self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=pid, attrs=attrs, **base))
+            return
+        if time is not None and _AGENT_START.match(msg):
+            attrs = {"action": "launcher_start", "launcher": "torchrun", **({"agent_pid": pid} if pid else {}), **_task(prefix)}
+            self.add(_Ev(Kind.JOB_STEP, message=short, severity=Severity.INFO, pid=pid, attrs=attrs, **base))
             return
 
         if "CUDA error: " in msg:
