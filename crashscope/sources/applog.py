@@ -126,6 +126,7 @@ _PREFILTER_PARTS = (
     r"\{'(?:loss|train_runtime|eval_loss)': ",
     r"/(?:\d+|\?) \[\d+:\d\d",  # tqdm "450/1000 [01:02"
     r"(?:[Ss]tep|STEP|[Ii]ter|ITER)\w* *[:=#]? *\d",
+    r"(?:Epoch|Iter)(?:\((?:train|val|test)\))? *\[ *\d",  # mmengine / mmcv
     r"[Ss]aving (?:latest |model |a (?:full|model only) )?checkpoint",
     r"[Ss]aved (?:local )?checkpoint",
     r"[Ss]taging the checkpoint",
@@ -256,6 +257,15 @@ _TQDM = regex.compile(
     regex.VERBOSE,
 )
 _EPOCH_DESC = regex.compile(r"^Epoch (?P<epoch>\d+)$")
+# mmengine mmengine/runner/log_processor.py LogProcessor.get_log_after_iter: f'Epoch({mode}) [{cur_epoch}][{cur_iter}/{len}]  '
+#   or f'Iter({mode}) [{cur_iter}/{max_iters}]  ', then '  '.join(f'{k}: {v}') with 'time: <s per iter>', 'loss: ...';
+# mmcv 1.x TextLoggerHook: f'Epoch [{epoch}][{inner_iter}/{len}]\t' / f'Iter [{iter}/{max_iters}]\t' ('time: ', 'loss: ')
+_MM = regex.compile(
+    r"(?:^|\s)(?:Epoch(?:\((?P<mode>train|val|test)\))? *\[(?P<epoch>\d+)\]|Iter(?:\((?P<imode>train|val|test)\))? *)"
+    r"\[ *(?P<it>\d+)/(?P<total>\d+)\](?P<rest>.*)$"
+)
+_MM_TIME = regex.compile(r"(?:^|\s)time: (?P<v>\d+(?:\.\d+)?)(?:\s|$)")
+_MM_LOSS = regex.compile(rf"(?:^|\s)loss: (?P<v>{_NUM})(?:\s|,|$)")
 # plain scripts: "step 120 loss 2.31", "Step 120/1000", "iter 120 | loss 2.31", "Epoch 1 Step 120 ..."
 _PLAIN = regex.compile(
     r"""^(?:[Ee]poch\s*[:=]?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?[\s,|:\]-]*)?
@@ -290,6 +300,12 @@ _CKPT = (
     ("lightning", "start", regex.compile(r"Epoch (?P<epoch>\d+), global step (?P<step>\d+): .*?saving model to (?P<q>['\"])(?P<path>.+?)(?P=q)"), True),
     # pytorch_lightning <= 1.5 ModelCheckpoint.on_train_end: rank_zero_info("Saving latest checkpoint...")
     ("lightning", "start", regex.compile(r"^Saving latest checkpoint\.\.\.$"), True),
+    # mmengine mmengine/hooks/checkpoint_hook.py CheckpointHook: runner.logger.info(f'Saving checkpoint at
+    #   {runner.epoch + 1} epochs') / f'Saving checkpoint at {runner.iter + 1} iterations' (no end line)
+    ("mmengine", "start", regex.compile(r"Saving checkpoint at (?:(?P<epoch>\d+) epochs|(?P<step>\d+) iterations)\s*$"), True),
+    # ai2cm/ace fme/core/generics/trainer.py _save_restart_checkpoints: logging.info(f"Saving latest checkpoint model
+    #   trained for {epochs} complete epochs and {n} additional batches, or {total} total batches, with ...") (no end line)
+    ("ace", "start", regex.compile(r"Saving latest checkpoint model trained for \d+ complete epochs and \d+ additional batches, or (?P<step>\d+) total batches"), True),
     # torchtitan CheckpointManager: logger.info(f"{checkpoint_phase.capitalize()} the checkpoint.") / f"Finished {phase} the
     #   checkpoint in {s:.2f} seconds." (torchtitan/components/checkpointer/dcp.py); 2025: "Saving the checkpoint (or staging if
     #   async is enabled)." / "Finished saving the checkpoint (or staging if async is enabled) in {s:.2f} seconds."
@@ -689,6 +705,16 @@ class _Parser:
                 a["step"] = st.last_step
         elif "/" in msg and " [" in msg and (m := _TQDM.search(msg)):
             a = self._tqdm(m)
+        elif ("Epoch" in msg or "Iter" in msg) and (m := _MM.search(msg)):
+            mode = m.group("mode") or m.group("imode") or "train"
+            a = {"framework": "mmengine", "step": int(m.group("it")), "total": int(m.group("total")), "mode": mode}
+            if m.group("epoch"):
+                a["epoch"] = int(m.group("epoch"))
+            rest = m.group("rest") or ""
+            if mode == "train" and (mm := _MM_TIME.search(rest)):
+                a["step_ms"] = round(float(mm.group("v")) * 1000.0, 3)
+            if mm := _MM_LOSS.search(rest):
+                a["loss"] = _num(mm.group("v"))
         elif m := _plain(msg):
             a = {"framework": "plain", "step": int(m.group("step"))}
             if m.group("total"):

@@ -411,6 +411,12 @@ _LUSTRE_OBD_TARGET = regex.compile(r"^(?P<target>.+?)-(?:osc|mdc|lwp|mgc|osp)-")
 _HUNG = regex.compile(r"INFO: task (?P<comm>.+):(?P<pid>\d+) blocked for more than (?P<sec>\d+) seconds\.")
 _FRAME = regex.compile(r"^\s*(?:\[<[0-9a-fA-F]+>\]\s*)?(?:\?\s+)?(?P<sym>[\w.$]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?:\s+\[(?P<mod>[\w-]+)\])?")
 _HUNG_CONT = regex.compile(r"Call Trace:|hung_task_timeout_secs|^task:\S+ +state:")
+# 32-bit ARM unwinder (arch/arm/kernel/traps.c dump_backtrace_entry):
+# "[<%08lx>] (%ps) from [<%08lx>] (%pS)": the function, then its caller with offset.
+_ARM_FRAME = regex.compile(
+    r"^\s*\[<[0-9a-fA-F]+>\] \((?P<sym>[\w.$]+)(?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[(?P<mod>[\w-]+)\])?\)"
+    r" from \[<[0-9a-fA-F]+>\] \((?P<csym>[\w.$]+)(?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[(?P<cmod>[\w-]+)\])?\)"
+)
 
 _OOM_INVOKED = regex.compile(r"^(?P<comm>.+?) invoked oom-killer: ")
 _OOM_KILL = regex.compile(r"oom-kill:(?P<kv>constraint=.*)$")
@@ -585,6 +591,12 @@ class _Parser:
         if n - p.last_line > 8:
             return False
         if p.kind == Kind.HUNG_TASK:
+            if am := _ARM_FRAME.match(msg):
+                for sym, mod in ((am.group("sym"), am.group("mod")), (am.group("csym"), am.group("cmod"))):
+                    if len(p.frames) < 64 and (not p.frames or p.frames[-1][0] != sym):
+                        p.frames.append((sym, mod))
+                p.last_line = n
+                return True
             fm = _FRAME.match(msg)
             if fm:
                 if len(p.frames) < 64:

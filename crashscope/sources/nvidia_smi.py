@@ -122,6 +122,11 @@ _CTIME_LINE = regex.compile(r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+[A-Z][a-z]{2
 _LOG_BANNER = regex.compile(r"^\s*=+NVSMI LOG=+\s*$", regex.MULTILINE)
 # "key : value"; a bare "Key :" (rare) has an empty value. A PCI id has no ": " in it.
 _KV = regex.compile(r"^(?P<ind>\s*)(?P<key>\S.*?)\s*:(?:\s(?P<val>.*))?$")
+# A pasted fragment of one GPU's -q section, its "GPU <pci>" header cut off (an issue
+# comment quoting only "Remapped Rows"): an indented section heading, then key : value.
+_SECTIONS = r"(?:Remapped Rows|ECC Errors|Retired Pages|Clocks Event Reasons|Clocks Throttle Reasons|GPU Reset Status|Temperature|Clocks)"
+_FRAGMENT = regex.compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"[ \t]*\n[ \t]+\S[^\n]*?[ \t]:[ \t]", regex.MULTILINE)
+_SECTION_HEAD = regex.compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"\s*$")
 _GPU_HEAD = regex.compile(r"^(?P<ind>\s*)GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _NUM = regex.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
@@ -170,7 +175,7 @@ def _yes(v: str | None) -> bool | None:
 class _Gpu:
     """Values of one GPU section: path (lower-case labels) -> (value, line)."""
 
-    def __init__(self, pci: str, line: int):
+    def __init__(self, pci: str | None, line: int):
         self.pci = pci
         self.line = line
         self.values: dict[tuple[str, ...], tuple[str, int]] = {}
@@ -201,6 +206,9 @@ class NvidiaSmiSource(FileSource):
             # A job log that printed the table at start is not ours to claim.
             first = [ln for ln in head[: m.start()].splitlines() if ln.strip()]
             return 0.9 if len(first) <= 3 else 0.4
+        f = _FRAGMENT.search(head)
+        if f and not [ln for ln in head[: f.start()].splitlines() if ln.strip()][3:]:
+            return 0.6  # a headerless -q fragment at the top of the file
         return 0.0
 
     def parse_file(self, data: bytes, ctx: ParseContext) -> None:
@@ -242,6 +250,7 @@ class _Parser:
         self.last_throttle: dict[str, tuple[str, ...]] = {}
         self.last_ecc: dict[str, str] = {}
         self.reset_flagged: set[str] = set()
+        self.had_gpu_head = False
 
     # -- shared emitters ----------------------------------------------------------------
     def tq(self):
@@ -314,6 +323,7 @@ class _Parser:
                 in_table = False
                 gm = _GPU_HEAD.match(line)
                 if gm:
+                    self.had_gpu_head = True
                     if gpu:
                         self.finish_gpu(gpu)
                     gpu = _Gpu(normalize_pci(gm.group("pci")) or gm.group("pci").lower(), n)
@@ -322,6 +332,11 @@ class _Parser:
                     continue
                 kv = _KV.match(line)
                 indent = len(line) - len(line.lstrip())
+                if gpu is None and not kv and not self.had_gpu_head and (sm := _SECTION_HEAD.match(line)):
+                    # a section of a GPU whose header was cut off: one GPU, no bus id
+                    gpu = _Gpu(None, n)
+                    base_indent = len(sm.group("ind")) - 1
+                    stack = []
                 if gpu is not None and indent <= base_indent:
                     # back at top level: the GPU section ended (e.g. "Unit" blocks)
                     self.finish_gpu(gpu)
@@ -403,7 +418,7 @@ class _Parser:
             tel["reasons_mask"] = mask
         if tel:
             msg = " ".join(f"{k}={v}" for k, v in tel.items() if k not in ("reasons",))
-            ctx.emit(Kind.GPU_TELEMETRY, g.line, f"GPU {g.pci} {msg}", time=self.time, time_quality=self.tq(),
+            ctx.emit(Kind.GPU_TELEMETRY, g.line, f"GPU {g.pci or '(bus id not shown)'} {msg}", time=self.time, time_quality=self.tq(),
                      gpu=g.pci, gpu_index=index, attrs=tel)
 
         serious = tuple(r for r in active if r in SERIOUS_REASONS)
@@ -415,7 +430,7 @@ class _Parser:
                         attrs[k] = tel[k]
                 line = min((ln for p, (v, ln) in g.values.items()
                             if p[0] in ("clocks event reasons", "clocks throttle reasons") and _yes(v)), default=g.line)
-                ctx.emit(Kind.GPU_THROTTLE, line, f"GPU {g.pci} clocks slowed: {', '.join(active)}",
+                ctx.emit(Kind.GPU_THROTTLE, line, f"GPU {g.pci or '(bus id not shown)'} clocks slowed: {', '.join(active)}",
                          severity=Severity.WARNING, time=self.time, time_quality=self.tq(),
                          gpu=g.pci, gpu_index=index, attrs=attrs)
             self.last_throttle[g.pci] = tuple(active)
@@ -495,7 +510,7 @@ class _Parser:
         line = min((ln for p, (v, ln) in g.values.items() if p[0] in ("ecc errors", "retired pages", "remapped rows")
                     and (_num(v) or _yes(v))), default=g.line)
         msg = " ".join(f"{k}={v}" for k, v in a.items() if v)
-        self.ctx.emit(Kind.GPU_ECC, line, f"GPU {g.pci} ECC: {msg}", severity=sev, time=self.time,
+        self.ctx.emit(Kind.GPU_ECC, line, f"GPU {g.pci or '(bus id not shown)'} ECC: {msg}", severity=sev, time=self.time,
                       time_quality=self.tq(), gpu=g.pci, gpu_index=index, attrs=a)
 
     # -- plain table ------------------------------------------------------------------------------
