@@ -43,6 +43,10 @@ BATCH_FILES = 64
 # together, several to a polars pass (one block each; a file with a line over
 # MAX_LINE_BYTES or a separator byte takes the plain path instead, see _bulk_hits).
 SMALL_FILE_BYTES = 16 * 1024 * 1024
+# Files scanned together in one polars pass: a few MiB amortise a pass's fixed cost (its
+# regex compiles) and keep its buffers small enough that the allocator reuses them (a
+# 32 MiB pass cost a page fault per 4 KiB, every pass).
+PASS_BYTES = 8 * 1024 * 1024
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
 MAX_WORKERS = 8
 # Labels of a job (simulator ground truth, an operator's label) are never read as logs:
@@ -290,23 +294,30 @@ def ingest_batch(
     scanning it. Records, rows and warnings keep the files' order either way."""
     # per file, in walk order: (record or None for a skip, rows, warnings); None while pending
     results: list[tuple[FileRecord | None, list[dict], list[str]] | None] = []
-    pending: list[tuple[int, Entry, bytes | bytearray]] = []
-    pending_bytes = 0
+    # read-ahead files: (result slot, entry, offset in the pass buffer or -1 for one that
+    # goes the plain way, length); their bytes lie one after another in ``buf``
+    pending: list[tuple[int, Entry, int, int]] = []
+    buf = _pass_buffer()
+    mv = memoryview(buf)
+    pos = 0  # end of the pass's bytes in buf
+    pass_limit = min(PASS_BYTES, BLOCK_BYTES)
     sniff_cache: dict = {}
 
     def flush() -> None:
-        nonlocal pending_bytes
+        nonlocal pos
         if not pending:
             return
         t0 = time.perf_counter()
-        pre = _bulk_hits([data for _, _, data in pending])
+        spans = [(start, n) for _, _, start, n in pending if start >= 0]
+        hits = iter(_bulk_hits(mv[:pos], spans) if spans else [])
         share = (time.perf_counter() - t0) / len(pending)  # the one bulk pass, split evenly
-        for (slot, item, _), hits in zip(pending, pre):
-            # hits None: a file the bulk pass does not take; its bytes go the plain way
-            results[slot] = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=hits)
+        for slot, item, start, _ in pending:
+            # pre None: a file the bulk pass does not take; its bytes go the plain way
+            pre = next(hits) if start >= 0 else None
+            results[slot] = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=pre)
             results[slot][0].seconds += share  # type: ignore[index]
         pending.clear()
-        pending_bytes = 0
+        pos = 0
 
     def done(rec: FileRecord, warning: str | None = None) -> None:
         results.append((rec, [], [warning] if warning else []))
@@ -327,17 +338,24 @@ def ingest_batch(
                 done(FileRecord(item.path, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
                 continue
             if item.compression is None and "!" not in item.path and item.size is not None and 0 < item.size <= min(SMALL_FILE_BYTES, BLOCK_BYTES):
-                data, err = _read_all(item.stream, item.size)
-                if err is None and len(data) <= item.size:  # all of it (the size at open bounds the read)
-                    if pending_bytes + len(data) > BLOCK_BYTES:
-                        flush()  # a pass holds at most one block of files
+                if pending and pos + item.size + 1 > pass_limit:
+                    flush()  # a pass holds at most PASS_BYTES of files (one larger file alone)
+                got, err = _read_into(item.stream, mv, pos, item.size)
+                if err is None and got <= item.size:  # all of it (the size at open bounds the read)
                     results.append(None)
-                    pending.append((len(results) - 1, Entry(item.path, item.name, item.size, io.BytesIO(data)), data))
-                    pending_bytes += len(data)
-                    if pending_bytes >= BLOCK_BYTES:
+                    if got and buf.find(b"\x1f", pos, pos + got) < 0:
+                        pending.append((len(results) - 1, Entry(item.path, item.name, item.size, _ViewReader(mv[pos : pos + got])), pos, got))
+                        pos += got
+                        if buf[pos - 1] != 10:  # the pass needs every file's last line ended
+                            buf[pos] = 10
+                            pos += 1
+                    else:  # our column separator (or emptied since the walk): the plain way
+                        pending.append((len(results) - 1, Entry(item.path, item.name, item.size, io.BytesIO(mv[pos : pos + got])), -1, got))
+                    if pos >= pass_limit:
                         flush()
                     continue
                 # grown since the walk, or a read error: the usual path, from what was read
+                data = bytes(mv[pos : pos + got])
                 item = Entry(item.path, item.name, item.size, PeekStream(data, item.stream), item.compression)  # type: ignore[arg-type]
                 if err:
                     item.stream.error = err  # type: ignore[attr-defined]
@@ -356,23 +374,49 @@ def ingest_batch(
     return files, frame_from_rows(rows), warnings
 
 
-def _read_all(stream: BinaryIO, size: int) -> tuple[bytes | bytearray, str | None]:
-    """Up to ``size + 1`` bytes of a stream into one buffer (``read_head`` joins a piece
-    per read, each read allocating for the whole rest); errors end it, as there."""
-    buf = bytearray(size + 1)
-    mv = memoryview(buf)
+def _read_into(stream: BinaryIO, mv: memoryview, at: int, size: int) -> tuple[int, str | None]:
+    """Up to ``size + 1`` bytes of a stream into ``mv[at:]``: bytes read, and the error
+    that ended the stream early, if one did (as ``read_head`` says it)."""
     got, err = 0, None
     try:
         while got <= size:
-            k = stream.readinto(mv[got:])
+            k = stream.readinto(mv[at + got : at + size + 1])
             if not k:
                 break
             got += k
     except Exception as exc:  # noqa: BLE001 - any decoder error means "stream ended"
         err = _describe(exc)
-    mv.release()
-    del buf[got:]
-    return buf, err
+    return got, err
+
+
+class _ViewReader(io.RawIOBase):
+    """A read-ahead file's bytes in the pass buffer, as a stream (no copy)."""
+
+    def __init__(self, view: memoryview):
+        self._view = view
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        k = min(len(b), len(self._view) - self._at)
+        b[:k] = self._view[self._at : self._at + k]
+        self._at += k
+        return k
+
+
+_PASS = threading.local()
+
+
+def _pass_buffer() -> bytearray:
+    """This thread's buffer for the read-ahead files of a pass, kept between batches: a
+    fresh one per pass cost a page fault per 4 KiB it held, every pass."""
+    need = max(PASS_BYTES, min(SMALL_FILE_BYTES, BLOCK_BYTES)) + 64 * 1024
+    buf = getattr(_PASS, "buf", None)
+    if buf is None or len(buf) < need:
+        buf = _PASS.buf = bytearray(need)
+    return buf
 
 
 def _ingest_entry(
@@ -662,41 +706,39 @@ def _block_hit_frame(block: bytes, first_line: int, notes: list[str]) -> tuple[p
     return out.select("n", pl.col("l").fill_null("").str.strip_chars_end("\r")), n_lines
 
 
-def _bulk_hits(datas: list[bytes | bytearray]) -> list[tuple[pl.DataFrame, int, int] | None]:
+def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None]:
     """:func:`_block_hit_frame` for many files of one block in one pass: (hit lines, line
     count, bytes) per file, the same as each file's own scan gives (tests/test_fast_path.py
-    checks it). None for a file this pass does not take, which the caller reads the plain
-    way: one holding our column separator, or a line over MAX_LINE_BYTES (which the plain
-    path cuts and says so), or every file of a pass polars could not split a row per line."""
+    checks it). ``data`` holds the files one after another, each (offset, length) of
+    ``spans`` followed by a newline of its own where it lacks a last one, and none holds
+    our column separator. None for a file this pass does not take, which the caller reads
+    the plain way: one with a line over MAX_LINE_BYTES (which the plain path cuts and says
+    so), or every file of a pass polars could not split a row per line."""
     import numpy as np
 
-    out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(datas)
-    together = [i for i, d in enumerate(datas) if d and b"\x1f" not in d]
-    if not together:
-        return out
-    blocks = [datas[i] if datas[i].endswith(b"\n") else datas[i] + b"\n" for i in together]
+    out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(spans)
+    ends = [s for s, _ in spans[1:]] + [len(data)]
     # numpy counts newlines ~6x faster than bytes.count
-    counts = [int(np.count_nonzero(np.frombuffer(b, np.uint8) == 10)) for b in blocks]
+    counts = [int(np.count_nonzero(np.frombuffer(data, np.uint8, e - s, s) == 10)) for (s, _), e in zip(spans, ends)]
     try:
         df = pl.read_csv(
-            io.BytesIO(b"".join(blocks) if len(blocks) > 1 else blocks[0]),
+            io.BytesIO(bytes(data)),
             has_header=False, separator="\x1f", quote_char=None, encoding="utf8-lossy",
             truncate_ragged_lines=True, new_columns=["l"], schema_overrides={"l": pl.String}, infer_schema=False,
         )
     except Exception:  # noqa: BLE001 - odd bytes: each file on its own
         return out
-    del blocks
     if df.height != sum(counts):
         return out  # a row per line is what the line numbers rest on
     c = np.asarray(counts, dtype=np.int64)
     starts = np.cumsum(c) - c
     total = int(c.sum())
     df = df.with_columns(
-        pl.Series("f", np.repeat(np.arange(len(together), dtype=np.uint32), c)),
+        pl.Series("f", np.repeat(np.arange(len(spans), dtype=np.uint32), c)),
         pl.Series("n", (np.arange(total, dtype=np.int64) - np.repeat(starts, c) + 1).astype(np.uint32)),
     )
     long: set[int] = set()
-    if any(len(datas[i]) > MAX_LINE_BYTES for i in together):
+    if any(n > MAX_LINE_BYTES for _, n in spans):
         long = set(df.filter(pl.col("l").str.len_bytes() > MAX_LINE_BYTES)["f"].unique().to_list())
     hits = (
         df.lazy()
@@ -710,9 +752,9 @@ def _bulk_hits(datas: list[bytes | bytearray]) -> list[tuple[pl.DataFrame, int, 
     del df
     parts = hits.partition_by("f", as_dict=True, include_key=False, maintain_order=True)
     empty = pl.DataFrame(schema={"n": pl.UInt32, "l": pl.String})
-    for j, i in enumerate(together):
+    for j, (_, n) in enumerate(spans):
         if j not in long:
-            out[i] = (parts.get((j,), empty), counts[j], len(datas[i]))
+            out[j] = (parts.get((j,), empty), counts[j], n)
     return out
 
 

@@ -115,9 +115,9 @@ def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pyt
     taken: list[int] = []
     real = ingest_mod._bulk_hits
 
-    def spy(datas):  # type: ignore[no-untyped-def]
-        out = real(datas)
-        taken.extend(len(d) for d, o in zip(datas, out) if o is not None)
+    def spy(data, spans):  # type: ignore[no-untyped-def]
+        out = real(data, spans)
+        taken.extend(n for (_, n), o in zip(spans, out) if o is not None)
         return out
 
     monkeypatch.setattr(ingest_mod, "_bulk_hits", spy)
