@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.engine.model import Finding
-from crashscope.report.model import EventRef, EvidenceItem, Implicated
+from crashscope.report.model import EventRef, EventRow, EvidenceItem, Implicated
 from crashscope.schema import CAUSES, Kind
 from crashscope.timeline import Timeline, iso
 
@@ -82,7 +82,7 @@ class Verdict:
     actions: list[str] = field(default_factory=list)
     co_occurring: list[dict[str, Any]] = field(default_factory=list)
     summary: str = ""
-    timeline_excerpt: list[dict[str, Any]] = field(default_factory=list)
+    timeline_excerpt: list[EventRow] = field(default_factory=list)
     classifier: dict[str, Any] | None = None
     missing: list[str] = field(default_factory=list)  # as given, plus what the verdict found missing
 
@@ -526,7 +526,7 @@ def _evidence(f: Any, e: Any) -> EvidenceItem:
     )
 
 
-def _excerpt(ev: pl.DataFrame, t: int | None) -> list[dict[str, Any]]:
+def _excerpt(ev: pl.DataFrame, t: int | None) -> list[EventRow]:
     from crashscope.report.events import excerpt_around
 
     return excerpt_around(ev, t)

@@ -276,7 +276,7 @@ def job_1024(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_thousand_ranks_open_fast(job_1024: Path, browser: Browser, tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(job_1024)
     assert report.job["ranks"] == 1024 and len(report.activity["ranks"]) == 1024

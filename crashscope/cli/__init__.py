@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 from typing import Any
 
 import typer
@@ -109,13 +110,21 @@ def _root(
     """Find why a multi-node GPU training job died, from its log directory."""
 
 
-from crashscope.cli import analyze_cmd, repro_cmd, rules_cmd, simulate_cmd, train_cmd  # noqa: E402
-
-for _module in (analyze_cmd, simulate_cmd, rules_cmd, train_cmd, repro_cmd):
-    _module.register(app)
-__import__("crashscope.cli.fleet_cmd", fromlist=["register"]).register(app)  # crashscope fleet
-__import__("crashscope.cli.ticket_cmd", fromlist=["register"]).register(app)  # crashscope ticket
-__import__("crashscope.cli.epilog_cmd", fromlist=["register"]).register(app)  # crashscope epilog / shard / collect
+# One registration style: each module's ``register(app)`` adds its commands, in this order
+# (the order of ``crashscope --help``). The commands call library functions (crashscope.pipeline,
+# report.build, tickets, fleet, epilog), the same ones the epilog and the tests call.
+COMMAND_MODULES = (
+    "analyze_cmd",  # analyze, timeline, sources
+    "simulate_cmd",  # simulate
+    "rules_cmd",  # rules check/list/docs
+    "train_cmd",  # train
+    "repro_cmd",  # repro
+    "fleet_cmd",  # fleet
+    "ticket_cmd",  # ticket
+    "epilog_cmd",  # epilog, shard, collect
+)
+for _name in COMMAND_MODULES:
+    import_module(f"crashscope.cli.{_name}").register(app)
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import polars as pl
 from crashscope.engine.model import Finding
 from crashscope.ingest import IngestResult
 from crashscope.layers import apply_layers
-from crashscope.report.events import event_json, iso_ns
-from crashscope.report.model import Coverage, HostSummary, Report, SymptomGroup
+from crashscope.report.events import event_row, iso_ns
+from crashscope.report.model import Coverage, EventRow, HostSummary, Report, SymptomGroup
 from crashscope.schema import Kind
 from crashscope.timeline import Timeline, attrs_of, iso, signature_expr
 from crashscope.verdict import Verdict
@@ -152,7 +152,7 @@ def missing_data(tl: Timeline) -> list[str]:
     return out
 
 
-def anomalies(ev: pl.DataFrame, limit: int = ANOMALY_LIMIT) -> list[dict[str, Any]]:
+def anomalies(ev: pl.DataFrame, limit: int = ANOMALY_LIMIT) -> list[EventRow]:
     """The earliest distinct warnings/errors: the first place to look."""
     bad = ev.filter(pl.col("severity").cast(pl.String).is_in(["warning", "error", "critical"]))
     if bad.height == 0:
@@ -161,7 +161,7 @@ def anomalies(ev: pl.DataFrame, limit: int = ANOMALY_LIMIT) -> list[dict[str, An
     first = bad.group_by(["kind", "_sig"], maintain_order=True).agg(
         pl.all().first(), pl.len().alias("count"), pl.col("rank").n_unique().alias("n_ranks")
     )
-    return [event_json(r) | {"count": r["count"]} for r in first.head(limit).iter_rows(named=True)]
+    return [event_row(r, count=r["count"]) for r in first.head(limit).iter_rows(named=True)]
 
 
 # --- per rank / per host facts and evidence context (the HTML view) --------------------------

@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from crashscope.report.model import EventRow
+
 EXCERPT_BEFORE = 8
 EXCERPT_AFTER = 12
 
@@ -17,24 +19,16 @@ def iso_ns(t: Any) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t is not None else None
 
 
-def event_json(r: dict[str, Any]) -> dict[str, Any]:
-    """One timeline event row as it appears in ``anomalies`` and ``timeline_excerpt``."""
-    return {
-        "time": iso_ns(r.get("time")),
-        "time_quality": str(r.get("time_quality")),
-        "node": r.get("host"),
-        "rank": r.get("rank"),
-        "gpu": r.get("gpu"),
-        "source": str(r.get("source")),
-        "kind": str(r.get("kind")),
-        "severity": str(r.get("severity")),
-        "message": r.get("message") or "",
-        "file": r.get("file"),
-        "line": r.get("line"),
-    }
+def event_row(r: dict[str, Any], count: int | None = None) -> EventRow:
+    """One timeline event (a row of the events frame) as ``anomalies`` and ``timeline_excerpt`` hold it."""
+    return EventRow(
+        time=iso_ns(r.get("time")), time_quality=str(r.get("time_quality")), node=r.get("host"), rank=r.get("rank"),
+        gpu=r.get("gpu"), source=str(r.get("source")), kind=str(r.get("kind")), severity=str(r.get("severity")),
+        message=r.get("message") or "", file=r.get("file"), line=r.get("line"), count=count,
+    )
 
 
-def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCERPT_BEFORE, limit_after: int = EXCERPT_AFTER) -> list[dict[str, Any]]:
+def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCERPT_BEFORE, limit_after: int = EXCERPT_AFTER) -> list[EventRow]:
     """Non-info events just before and after ``t_ns`` (the first failure)."""
     if t_ns is None or ev.height == 0:
         return []
@@ -42,4 +36,4 @@ def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCER
     t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
     before = ev.filter(pl.col("time") < t).tail(limit_before)
     after = ev.filter(pl.col("time") >= t).head(limit_after)
-    return [event_json(r) for r in pl.concat([before, after]).iter_rows(named=True)]
+    return [event_row(r) for r in pl.concat([before, after]).iter_rows(named=True)]

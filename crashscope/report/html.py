@@ -319,7 +319,7 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
     rank_last = [t for a in ranks for t in [_when(a.get("last"))] if t]
     core = rank_first + rank_last
     if not core:
-        core = [t for t in [t_fail, *sym_times, *(t for _, t in marks), *(_when(x.get("time")) for x in r.timeline_excerpt if isinstance(x, dict))] if t]
+        core = [t for t in [t_fail, *sym_times, *(t for _, t in marks), *(_when(x.time) for x in r.timeline_excerpt)] if t]
     if not core:
         core = [t for t in (_when((r.clock or {}).get("start")), _when((r.clock or {}).get("end"))) if t]
     if not core:

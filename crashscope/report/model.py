@@ -18,6 +18,11 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
+def _list(v: Any) -> list[Any]:
+    """A JSON array as a list; anything else (a report file may hold anything) as []."""
+    return list(v) if isinstance(v, (list, tuple)) else []
+
+
 @dataclass(kw_only=True)
 class EventRef:
     """A reference to one log line: ``file:line``, when (ISO UTC), on which node, rank and
@@ -66,6 +71,30 @@ class EventRef:
 # The keys each place writes, in its order.
 FIRST_FAILURE_KEYS = ("time", "node", "rank", "source", "message", "file", "line")
 SYMPTOM_FIRST_KEYS = ("time", "node", "rank", "file", "line", "message")
+EVENT_ROW_KEYS = ("time", "time_quality", "node", "rank", "gpu", "source", "kind", "severity", "message", "file", "line")
+
+
+@dataclass(kw_only=True)
+class EventRow(EventRef):
+    """One timeline event as ``anomalies`` (with ``count``: how many lines of that kind and
+    text) and ``timeline_excerpt`` write it: the reference plus the stamp's quality and the
+    severity."""
+
+    time_quality: str | None = None
+    severity: str | None = None
+    count: int | None = None
+
+    def to_dict(self, keys: tuple[str, ...] = EVENT_ROW_KEYS) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in keys}
+        if self.count is not None:
+            d["count"] = self.count
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EventRow | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(time_quality=_str(d.get("time_quality")), severity=_str(d.get("severity")), count=_int(d.get("count")), **cls.ref_fields(d))
 
 
 @dataclass(kw_only=True)
@@ -94,7 +123,7 @@ class EvidenceItem(EventRef):
         ref = cls.ref_fields(d)
         ref["file"] = ref["file"] or ""
         ref["message"] = ref["message"] or ""
-        ctx = [c for c in d.get("context") or [] if isinstance(c, dict)]
+        ctx = [c for c in _list(d.get("context")) if isinstance(c, dict)]
         return cls(rule=str(d.get("rule") or ""), cause=str(d.get("cause") or "unknown"), role=str(d.get("role") or "cause"), context=ctx, **ref)
 
 
@@ -116,7 +145,7 @@ class Implicated:
     @classmethod
     def from_dict(cls, d: Any) -> Implicated:
         d = d if isinstance(d, dict) else {}
-        return cls(nodes=list(d.get("nodes") or []), ranks=list(d.get("ranks") or []), gpus=list(d.get("gpus") or []))
+        return cls(nodes=_list(d.get("nodes")), ranks=_list(d.get("ranks")), gpus=_list(d.get("gpus")))
 
 
 @dataclass
@@ -142,8 +171,8 @@ class SymptomGroup:
         if not isinstance(d, dict):
             return None
         return cls(kind=str(d.get("kind") or ""), signature=str(d.get("signature") or ""), count=_int(d.get("count")) or 0,
-                   ranks=str(d.get("ranks") or ""), n_ranks=_int(d.get("n_ranks")) or 0, hosts=list(d.get("hosts") or []),
-                   first=EventRef.from_dict(d.get("first")) or EventRef(), missing_ranks=list(d.get("missing_ranks") or []))
+                   ranks=str(d.get("ranks") or ""), n_ranks=_int(d.get("n_ranks")) or 0, hosts=_list(d.get("hosts")),
+                   first=EventRef.from_dict(d.get("first")) or EventRef(), missing_ranks=_list(d.get("missing_ranks")))
 
 
 @dataclass
@@ -162,7 +191,7 @@ class HostSummary:
     @classmethod
     def from_dict(cls, d: Any) -> HostSummary:
         d = d if isinstance(d, dict) else {}
-        return cls(events=_int(d.get("events")) or 0, sources=list(d.get("sources") or []), ranks=_int(d.get("ranks")) or 0,
+        return cls(events=_int(d.get("events")) or 0, sources=_list(d.get("sources")), ranks=_int(d.get("ranks")) or 0,
                    first=_str(d.get("first")), last=_str(d.get("last")))
 
 
@@ -213,11 +242,11 @@ class Report:
     missing: list[str] = field(default_factory=list)  # data whose absence lowers confidence
     coverage: Coverage | None = None  # None (JSON {}) until an analysis fills it
     symptoms: list[SymptomGroup] = field(default_factory=list)
-    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    anomalies: list[EventRow] = field(default_factory=list)
     co_occurring: list[dict[str, Any]] = field(default_factory=list)
     classifier: dict[str, Any] | None = None
     clock: dict[str, Any] = field(default_factory=dict)
-    timeline_excerpt: list[dict[str, Any]] = field(default_factory=list)
+    timeline_excerpt: list[EventRow] = field(default_factory=list)
     analysis: dict[str, Any] = field(default_factory=dict)  # tool version, bytes, seconds, root
     # The layer-by-layer check (GPU/driver parity, fabric, storage, scheduler, node-to-node,
     # GPU health): one row per layer, see docs/layers.md.
@@ -247,7 +276,7 @@ class Report:
                 ordered[f.name] = v.to_dict() if v is not None else {}
             elif f.name in ("implicated",):
                 ordered[f.name] = v.to_dict()
-            elif f.name in ("evidence", "symptoms"):
+            elif f.name in ("evidence", "symptoms", "anomalies", "timeline_excerpt"):
                 ordered[f.name] = [x.to_dict() for x in v]
             else:
                 ordered[f.name] = copy.deepcopy(v)
@@ -259,13 +288,14 @@ class Report:
         """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
         ignored, missing ones take their defaults, so older and newer reports load:
         ``Report.from_dict(r.to_dict()) == r``."""
-        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms")
+        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms", "anomalies", "timeline_excerpt")
         names = {f.name for f in fields(cls)}
         kw = {k: copy.deepcopy(v) for k, v in d.items() if k in names and k not in typed}
         kw.setdefault("job", {})
-        evidence = [e for e in (EvidenceItem.from_dict(x) for x in d.get("evidence") or []) if e is not None]
-        symptoms = [s for s in (SymptomGroup.from_dict(x) for x in d.get("symptoms") or []) if s is not None]
-        return cls(evidence=evidence, symptoms=symptoms, implicated=Implicated.from_dict(d.get("implicated")),
+        evidence = [e for e in (EvidenceItem.from_dict(x) for x in _list(d.get("evidence"))) if e is not None]
+        symptoms = [s for s in (SymptomGroup.from_dict(x) for x in _list(d.get("symptoms"))) if s is not None]
+        anomalies, excerpt = ([e for e in (EventRow.from_dict(x) for x in _list(d.get(k))) if e is not None] for k in ("anomalies", "timeline_excerpt"))
+        return cls(evidence=evidence, symptoms=symptoms, anomalies=anomalies, timeline_excerpt=excerpt, implicated=Implicated.from_dict(d.get("implicated")),
                    first_failure=EventRef.from_dict(d.get("first_failure")), coverage=Coverage.from_dict(d.get("coverage")), **kw)
 
     def map_strings(self, fn: Callable[[str], str]) -> Report:

@@ -319,12 +319,10 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
             hidden.append("timeline excerpt")
         else:
             line(("Timeline around the first failure", "bold"))
-            for e in report.timeline_excerpt:
-                if not isinstance(e, dict):
-                    continue
-                where = _where(e.get("node"), e.get("rank"))
-                line(f"  {_time(e.get('time')) or 'time unknown'}  {where + '  ' if where else ''}{_t(e.get('kind'))}: ",
-                     _t(e.get("message"), msg_limit), wrap=full)
+            for ex in report.timeline_excerpt:
+                where = _where(ex.node, ex.rank)
+                line(f"  {_time(ex.time) or 'time unknown'}  {where + '  ' if where else ''}{_t(ex.kind)}: ",
+                     _t(ex.message, msg_limit), wrap=full)
 
     if report.co_occurring:
         items = capped("co_occurring", list(report.co_occurring))
