@@ -1,54 +1,131 @@
-"""Shard-merge vs direct analysis on the ingest benchmark's 1,024-rank job (128 nodes x 8 ranks).
-Each node's shard = its nodes/<node>/ files + its 8 rank logs (rank r on node r//8+1), built one
-node after another here (on a cluster they run in parallel, one per node); the job shard = the
-job's stdout + slurm/; then the merge = analyze(<spool>) versus analyze(<job dir>).
+"""Shard-merge vs direct analysis on a job from the ingest benchmark (per-rank layout:
+``logs/rank<r>.log``, ``nodes/<node>/``, ``slurm/``, ``slurm-<id>.out``).
 
-Usage (the job from benchmarks/ingest_bench.py, kept in its --out folder):
+Each node's shard = its ``nodes/<node>/`` files + its rank logs (rank r on the node r //
+ranks-per-node, in node order) + its launcher log (``torchrun.<node>.log``); the job shard =
+the job's stdout + ``slurm/``. Shards are built ``--jobs`` at a time here (on a cluster each
+node writes its own, in parallel); then the merge = ``analyze(<spool>)`` versus
+``analyze(<job dir>)`` (``--no-direct`` skips the direct one).
+
+Usage (jobs from benchmarks/ingest_bench.py, kept in its --out folder):
     python benchmarks/ingest_bench.py --sizes 2 --out /tmp/cs-bench
-    python benchmarks/shard_bench.py /tmp/cs-bench/job_2GB /tmp/cs-shard-bench
-"""
-import os, shutil, statistics, sys, time, json
-from pathlib import Path
-import polars as pl
-from crashscope.ingest import ingest
-from crashscope.shards import write_shard, file_records
-from crashscope.analyze import analyze
+    python benchmarks/shard_bench.py /tmp/cs-bench/job_2GB /tmp/cs-shard-bench --ranks 1024
+    python benchmarks/ingest_bench.py --sizes 8 --nodes 2048 --out /tmp/cs-bench16k
+    python benchmarks/shard_bench.py /tmp/cs-bench16k/job_8GB_16384r /tmp/cs-shard16k --ranks 16384 --jobs 2
 
-def main():
-    job = Path(sys.argv[1]); work = Path(sys.argv[2])
-    shutil.rmtree(work, ignore_errors=True)
-    per, spool = work / "pernode", work / "spool" / "1621911"
+Prints JSON: shard build seconds per node (p50, max, sum), spool bytes, merge seconds and
+stages, its peak RSS growth, direct seconds, and whether both name the same cause and nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import polars as pl
+
+JOB_ID = "1621911"
+
+
+def build_shard(args: tuple[str, str, str]) -> float:
+    """Ingest one node's (or the job's) hard-linked files and write its shard: seconds."""
+    from crashscope.ingest import ingest
+    from crashscope.shards import file_records, write_shard
+
+    src, spool, name = args
+    t0 = time.perf_counter()
+    res = ingest(src, workers=1)
+    ev = res.events if name == "_job" else res.events.with_columns(pl.col("host").fill_null(name))
+    write_shard(Path(spool), name, ev, node=None if name == "_job" else name, job_id=JOB_ID,
+                files=file_records(res.files), warnings=res.warnings, seconds=0)
+    return time.perf_counter() - t0
+
+
+def link_per_node(job: Path, per: Path, per_node: int) -> list[str]:
     nodes = sorted(os.listdir(job / "nodes"))
+    launchers = [f for f in os.listdir(job / "logs") if not f.startswith("rank")]
     for i, n in enumerate(nodes):
         d = per / n
-        (d / "nodes" / n).mkdir(parents=True); (d / "logs").mkdir()
+        (d / "nodes" / n).mkdir(parents=True)
+        (d / "logs").mkdir()
         for f in os.listdir(job / "nodes" / n):
             os.link(job / "nodes" / n / f, d / "nodes" / n / f)
-        for r in range(i * 8, i * 8 + 8):
-            os.link(job / "logs" / f"rank{r}.log", d / "logs" / f"rank{r}.log")
-        for f in os.listdir(job / "logs"):  # the node's launcher log (torchrun.<node>.log)
+        for r in range(i * per_node, i * per_node + per_node):
+            if (job / "logs" / f"rank{r}.log").exists():
+                os.link(job / "logs" / f"rank{r}.log", d / "logs" / f"rank{r}.log")
+        for f in launchers:  # the node's launcher log (torchrun.<node>.log)
             if f".{n}." in f:
                 os.link(job / "logs" / f, d / "logs" / f)
-    jd = per / "_job"; (jd / "slurm").mkdir(parents=True)
+    jd = per / "_job"
+    (jd / "slurm").mkdir(parents=True)
     for f in os.listdir(job / "slurm"):
         os.link(job / "slurm" / f, jd / "slurm" / f)
     for f in os.listdir(job):
         if f.startswith("slurm-"):
             os.link(job / f, jd / f)
-    times = []
-    for name in nodes + ["_job"]:
+    return nodes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("job", type=Path)
+    ap.add_argument("work", type=Path, help="scratch folder (emptied first): per-node links and the spool")
+    ap.add_argument("--ranks", type=int, help="ranks of the job (default: its logs/rank*.log files)")
+    ap.add_argument("--jobs", type=int, default=1, help="shards built at a time")
+    ap.add_argument("--no-direct", action="store_true", help="skip analyze(<job dir>)")
+    args = ap.parse_args()
+    from crashscope.analyze import analyze
+
+    job, work = args.job, args.work
+    shutil.rmtree(work, ignore_errors=True)
+    per, spool = work / "pernode", work / "spool" / JOB_ID
+    ranks = args.ranks or sum(1 for f in os.listdir(job / "logs") if f.startswith("rank"))
+    n_nodes = len(os.listdir(job / "nodes"))
+    if ranks % n_nodes:
+        raise SystemExit(f"{ranks} ranks do not spread evenly over {n_nodes} nodes")
+    nodes = link_per_node(job, per, ranks // n_nodes)
+    names = nodes + ["_job"]
+    tasks = [(str(per / n), str(spool), n) for n in names]
+    t0 = time.perf_counter()
+    if args.jobs > 1:
+        import multiprocessing
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            times = list(pool.map(build_shard, tasks, chunksize=16))
+    else:
+        times = [build_shard(t) for t in tasks]
+    build_wall = time.perf_counter() - t0
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0, c0 = time.perf_counter(), time.process_time()
+    merged, _, mres = analyze(spool)
+    t_merge, c_merge = time.perf_counter() - t0, time.process_time() - c0
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {
+        "ranks": ranks, "nodes": len(nodes), "load_avg_1m": os.getloadavg()[0],
+        "shard_s": {"p50": round(statistics.median(times[:-1]), 3), "max": round(max(times[:-1]), 2), "sum": round(sum(times), 1),
+                    "job_shard": round(times[-1], 2), "wall_all": round(build_wall, 1), "jobs": args.jobs},
+        "spool_bytes": sum(f.stat().st_size for f in spool.rglob("*") if f.is_file()),
+        "merge_s": round(t_merge, 2), "merge_cpu_s": round(c_merge, 2), "merge_peak_rss_mb": round(rss1 / 1024, 1),
+        "merge_rss_growth_mb": round((rss1 - rss0) / 1024, 1), "merge_stages": merged.analysis["stage_seconds"],
+        "events": [mres.events.height],
+    }
+    if not args.no_direct:
         t0 = time.perf_counter()
-        res = ingest(per / name, workers=1)
-        ev = res.events if name == "_job" else res.events.with_columns(pl.col("host").fill_null(name))
-        write_shard(spool, name, ev, node=None if name == "_job" else name, job_id="1621911", files=file_records(res.files), warnings=res.warnings, seconds=0)
-        times.append(time.perf_counter() - t0)
-    t0 = time.perf_counter(); merged, _, mres = analyze(spool); t_merge = time.perf_counter() - t0
-    t0 = time.perf_counter(); direct, _, dres = analyze(job); t_direct = time.perf_counter() - t0
-    out = {"nodes": len(nodes), "shard_s": {"p50": round(statistics.median(times[:-1]), 2), "max": round(max(times[:-1]), 2), "sum": round(sum(times), 1), "job_shard": round(times[-1], 2)},
-           "spool_bytes": sum(f.stat().st_size for f in spool.rglob("*") if f.is_file()),
-           "merge_s": round(t_merge, 2), "merge_stages": merged.analysis["stage_seconds"], "direct_s": round(t_direct, 2), "direct_stages": direct.analysis["stage_seconds"],
-           "cause": [merged.cause, direct.cause], "confidence": [merged.confidence, direct.confidence], "events": [mres.events.height, dres.events.height],
-           "implicated_equal": merged.implicated == direct.implicated}
+        direct, _, dres = analyze(job)
+        out.update({
+            "direct_s": round(time.perf_counter() - t0, 2), "direct_stages": direct.analysis["stage_seconds"],
+            "cause": [merged.cause, direct.cause], "confidence": [merged.confidence, direct.confidence],
+            "events": [mres.events.height, dres.events.height], "implicated_equal": merged.implicated == direct.implicated,
+        })
+    else:
+        out["cause"] = [merged.cause]
     print(json.dumps(out, indent=1))
 
 

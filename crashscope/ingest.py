@@ -254,6 +254,11 @@ def _batches(refs: list[FileRef]) -> list[list[FileRef]]:
 
 
 def _run_batches(batches, options, overrides, workers, budget=None):  # type: ignore[no-untyped-def]
+    """Each batch's result, in batch order. With ``workers`` > 1 this process is one of
+    them: ``workers - 1`` spawned processes take batches in order while this one parses
+    the next batch not yet handed out whenever the oldest pending one is not done yet
+    (a spawned worker spends about a second importing before its first batch, and its
+    import is CPU the job pays again; this process has it already)."""
     if workers <= 1 or len(batches) <= 1:
         for b in batches:
             yield ingest_batch(b, options, overrides, budget)
@@ -266,17 +271,33 @@ def _run_batches(batches, options, overrides, workers, budget=None):  # type: ig
     ctx = multiprocessing.get_context("spawn")
     saved = os.environ.get("POLARS_MAX_THREADS")
     os.environ["POLARS_MAX_THREADS"] = "1"
-    done = 0
+    n = len(batches)
+    futures: dict[int, object] = {}
+    own: dict[int, tuple] = {}  # batches parsed here, waiting for their turn
+    nxt = 0  # first batch neither handed out nor parsed here
+    done = 0  # batches yielded
+    ahead = 2 * (workers - 1)  # handed out beyond the oldest pending one
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            n = len(batches)
-            for result in pool.map(ingest_batch, batches, [options] * n, [overrides] * n, [budget] * n):
-                yield result
-                done += 1
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx) as pool:
+            while done < n:
+                while nxt < n and len(futures) < ahead:
+                    futures[nxt] = pool.submit(ingest_batch, batches[nxt], options, overrides, budget)
+                    nxt += 1
+                if done in own:
+                    yield own.pop(done)
+                    done += 1
+                elif done in futures and (futures[done].done() or nxt >= n):  # type: ignore[attr-defined]
+                    result = futures[done].result()  # type: ignore[attr-defined]
+                    del futures[done]
+                    yield result
+                    done += 1
+                elif nxt < n:
+                    own[nxt] = ingest_batch(batches[nxt], options, overrides, budget)
+                    nxt += 1
     except Exception as exc:  # noqa: BLE001 - e.g. a __main__ that spawn cannot re-import
         log.info("worker processes failed (%s); parsing the rest in this process", exc)
-        for b in batches[done:]:
-            yield ingest_batch(b, options, overrides, budget)
+        for i in range(done, n):
+            yield own.pop(i) if i in own else ingest_batch(batches[i], options, overrides, budget)
     finally:
         if saved is None:
             os.environ.pop("POLARS_MAX_THREADS", None)

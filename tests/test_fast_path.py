@@ -125,3 +125,18 @@ def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pyt
     sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
     assert sorted(taken) == sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log"))
     assert max(taken) > 2 * 1024 * 1024
+
+
+def test_parallel_ingest_is_the_serial_one(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes plus this one (which parses batches while the workers start):
+    the same events, records and warnings, in the same order, as one process."""
+    job = _ROOT / "fixtures" / "jobs" / "fabric_timeout_ib_node002"
+    for root in (job, big_job):
+        monkeypatch.setattr(ingest_mod, "BATCH_FILES", 3)  # many batches (read in this process only)
+        serial = ingest(root, workers=1)
+        parallel = ingest(root, workers=2)
+        assert [(f.file, f.kind, f.events, f.bytes, f.lines, f.note) for f in parallel.files] == [
+            (f.file, f.kind, f.events, f.bytes, f.lines, f.note) for f in serial.files
+        ]
+        assert parallel.warnings == serial.warnings
+        assert parallel.events.to_dicts() == serial.events.to_dicts()
