@@ -131,7 +131,20 @@ def no_analysis(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise AssertionError("the analysis ran before the usage error was found")
 
     monkeypatch.setattr(analyze_mod, "analyze", boom)
+    monkeypatch.setattr(analyze_mod, "load_timeline", boom)
     return calls
+
+
+def test_timeline_reads_the_timeline_without_the_analysis(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`crashscope timeline` is the load_timeline stage: no rules, verdict or report."""
+    def boom(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("timeline ran the whole analysis")
+
+    monkeypatch.setattr(analyze_mod, "analyze", boom)
+    res = runner.invoke(app, ["timeline", str(MINI), "--tz", "UTC", "--kind", "collective_timeout", "-o", str(tmp_path / "t.jsonl")])
+    assert res.exit_code == 0, res.stderr
+    rows = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert len(rows) == 3 and all('"collective_timeout"' in r for r in rows)
 
 
 def _one_line_error(res, code: int = 2) -> str:  # type: ignore[no-untyped-def]

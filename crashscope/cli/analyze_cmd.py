@@ -185,14 +185,19 @@ def profile_text(report: Any, result: Any, slowest: int = 5) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_analysis(directory: Path, **kw: Any) -> Any:
+def _stage(name: str) -> Any:
+    """A stage function of :mod:`crashscope.pipeline` (looked up at call time)."""
     try:
-        from crashscope.pipeline import analyze as run
+        from crashscope import pipeline
     except ImportError as e:  # a source or stage module failed to import
         from crashscope.errors import EXIT_INTERNAL, CrashscopeError
 
         raise CrashscopeError(f"crashscope is broken: a module failed to import ({e}); reinstall it", exit_code=EXIT_INTERNAL) from None
-    return run(directory, **kw)
+    return getattr(pipeline, name)
+
+
+def _run_analysis(directory: Path, **kw: Any) -> Any:
+    return _stage("analyze")(directory, **kw)
 
 
 def _nothing_readable(result: Any) -> bool:
@@ -335,7 +340,8 @@ def register(app: typer.Typer) -> None:
         try:
             import polars as pl
 
-            _, tl, _ = _run_analysis(directory, tz=tz, use_classifier=False)
+            # The timeline alone: no rules, analyses, verdict or report.
+            tl = _stage("load_timeline")(directory, tz=tz).timeline
             ev = tl.events
             if host:
                 known = set(ev["host"].drop_nulls().unique().to_list()) | set(tl.hosts)
