@@ -537,8 +537,9 @@ def _kept_values(report: Any) -> set[str]:
         if isinstance(a, dict) and isinstance(a.get("cause"), str):
             keep.add(a["cause"])
     for a in getattr(report, "co_occurring", []) or []:
-        if isinstance(a, dict) and isinstance(a.get("cause"), str):
-            keep.add(a["cause"])
+        cause = a.get("cause") if isinstance(a, dict) else getattr(a, "cause", None)
+        if isinstance(cause, str):
+            keep.add(cause)
     # the field names of the report itself (map_strings also sees dict keys)
     keep.update(f.name for f in dataclasses.fields(report))
     return keep

@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.engine.model import Finding
-from crashscope.report.model import EventRef, EventRow, EvidenceItem, Implicated
+from crashscope.report.model import CoOccurring, EventRef, EventRow, EvidenceItem, Implicated
 from crashscope.schema import CAUSES, Kind
 from crashscope.timeline import Timeline, iso
 
@@ -80,7 +80,7 @@ class Verdict:
     first_failure: EventRef | None = None
     evidence: list[EvidenceItem] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
-    co_occurring: list[dict[str, Any]] = field(default_factory=list)
+    co_occurring: list[CoOccurring] = field(default_factory=list)
     summary: str = ""
     timeline_excerpt: list[EventRow] = field(default_factory=list)
     classifier: dict[str, Any] | None = None
@@ -257,15 +257,15 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
                 actions.append(a)
     v.actions = actions[:8]
     v.co_occurring = [
-        {
-            "cause": f.cause,
-            "rule": f.rule_id,
-            "nodes": list(f.hosts),
-            "time": iso(f.first_time),
-            "file": f.evidence[0].file if f.evidence else None,
-            "line": f.evidence[0].line if f.evidence else None,
-            "score": round(s, 3),
-        }
+        CoOccurring(
+            cause=f.cause,
+            rule=f.rule_id,
+            nodes=list(f.hosts),
+            time=iso(f.first_time),
+            file=f.evidence[0].file if f.evidence else None,
+            line=f.evidence[0].line if f.evidence else None,
+            score=round(s, 3),
+        )
         for s, f in scored
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from crashscope.report.model import (
+    CoOccurring,
     Coverage,
     EventRef,
     EventRow,
@@ -34,6 +35,7 @@ def _report() -> Report:
                           ranks_seen=3, ranks_expected=4),
         anomalies=[EventRow(time=None, time_quality="missing", node="node001", rank=0, gpu="0000:18:00.0", source="nccl", kind="nccl_error",
                             severity="error", message="x", file="r0.log", line=3, count=2)],
+        co_occurring=[CoOccurring(cause="storage_stall", rule="nfs", nodes=["node001"], time=None, file="d.log", line=4, score=0.42)],
         timeline_excerpt=[EventRow(time="t", time_quality="exact", source="kernel", kind="link_event", severity="error", message="y", file="k.log", line=9)],
     )
 
@@ -49,6 +51,7 @@ def test_each_place_writes_its_keys_in_order() -> None:
     assert list(d["coverage"]["hosts"]["node001"]) == ["events", "sources", "ranks", "first", "last"]
     assert list(d["anomalies"][0])[-1] == "count" and "count" not in d["timeline_excerpt"][0]
     assert d["anomalies"][0]["gpu"] == "0000:18:00.0"
+    assert d["co_occurring"] == [{"cause": "storage_stall", "rule": "nfs", "nodes": ["node001"], "time": None, "file": "d.log", "line": 4, "score": 0.42}]
     assert Report(job={}).to_dict()["coverage"] == {} and Report(job={}).to_dict()["first_failure"] is None
 
 

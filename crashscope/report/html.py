@@ -195,7 +195,7 @@ def _symptoms(r: Report) -> list[dict[str, Any]]:
 def _co_occurring(r: Report) -> list[dict[str, Any]]:
     return [{"cause": _cut(c.get("cause")), "rule": _cut(c.get("rule")), "nodes": ", ".join(_cut(n) for n in (c.get("nodes") or [])[:8] if _known(n)),
              "loc": _loc(c.get("file"), c.get("line")), "time": _stamp(c.get("time")), "message": _cut(c.get("message"), MESSAGE)}
-            for c in r.co_occurring if isinstance(c, dict)]
+            for c in (x.to_dict() for x in r.co_occurring)]
 
 
 def _hosts(r: Report) -> dict[str, Any]:

@@ -127,6 +127,33 @@ class EvidenceItem(EventRef):
         return cls(rule=str(d.get("rule") or ""), cause=str(d.get("cause") or "unknown"), role=str(d.get("role") or "cause"), context=ctx, **ref)
 
 
+CO_OCCURRING_KEYS = ("cause", "rule", "nodes", "time", "file", "line", "score")
+
+
+@dataclass(kw_only=True)
+class CoOccurring(EventRef):
+    """Another cause seen in the correlation window: its rule, nodes and score, and the
+    first line (``file:line``, ``time``) of its finding."""
+
+    cause: str
+    rule: str
+    nodes: list[str] = field(default_factory=list)
+    score: float = 0.0
+
+    def to_dict(self, keys: tuple[str, ...] = CO_OCCURRING_KEYS) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in keys}
+        d["nodes"] = list(self.nodes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> CoOccurring | None:
+        if not isinstance(d, dict):
+            return None
+        score = d.get("score")
+        return cls(cause=str(d.get("cause") or "unknown"), rule=str(d.get("rule") or ""), nodes=_list(d.get("nodes")),
+                   score=score if isinstance(score, (int, float)) and not isinstance(score, bool) else 0.0, **cls.ref_fields(d))
+
+
 @dataclass
 class Implicated:
     """The culprit: nodes, ranks and GPUs (``{"node", "index", "pci"?}``)."""
@@ -243,7 +270,7 @@ class Report:
     coverage: Coverage | None = None  # None (JSON {}) until an analysis fills it
     symptoms: list[SymptomGroup] = field(default_factory=list)
     anomalies: list[EventRow] = field(default_factory=list)
-    co_occurring: list[dict[str, Any]] = field(default_factory=list)
+    co_occurring: list[CoOccurring] = field(default_factory=list)
     classifier: dict[str, Any] | None = None
     clock: dict[str, Any] = field(default_factory=dict)
     timeline_excerpt: list[EventRow] = field(default_factory=list)
@@ -276,7 +303,7 @@ class Report:
                 ordered[f.name] = v.to_dict() if v is not None else {}
             elif f.name in ("implicated",):
                 ordered[f.name] = v.to_dict()
-            elif f.name in ("evidence", "symptoms", "anomalies", "timeline_excerpt"):
+            elif f.name in ("evidence", "symptoms", "anomalies", "timeline_excerpt", "co_occurring"):
                 ordered[f.name] = [x.to_dict() for x in v]
             else:
                 ordered[f.name] = copy.deepcopy(v)
@@ -288,14 +315,15 @@ class Report:
         """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
         ignored, missing ones take their defaults, so older and newer reports load:
         ``Report.from_dict(r.to_dict()) == r``."""
-        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms", "anomalies", "timeline_excerpt")
+        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms", "anomalies", "timeline_excerpt", "co_occurring")
         names = {f.name for f in fields(cls)}
         kw = {k: copy.deepcopy(v) for k, v in d.items() if k in names and k not in typed}
         kw.setdefault("job", {})
         evidence = [e for e in (EvidenceItem.from_dict(x) for x in _list(d.get("evidence"))) if e is not None]
         symptoms = [s for s in (SymptomGroup.from_dict(x) for x in _list(d.get("symptoms"))) if s is not None]
         anomalies, excerpt = ([e for e in (EventRow.from_dict(x) for x in _list(d.get(k))) if e is not None] for k in ("anomalies", "timeline_excerpt"))
-        return cls(evidence=evidence, symptoms=symptoms, anomalies=anomalies, timeline_excerpt=excerpt, implicated=Implicated.from_dict(d.get("implicated")),
+        co = [c for c in (CoOccurring.from_dict(x) for x in _list(d.get("co_occurring"))) if c is not None]
+        return cls(evidence=evidence, symptoms=symptoms, anomalies=anomalies, timeline_excerpt=excerpt, co_occurring=co, implicated=Implicated.from_dict(d.get("implicated")),
                    first_failure=EventRef.from_dict(d.get("first_failure")), coverage=Coverage.from_dict(d.get("coverage")), **kw)
 
     def map_strings(self, fn: Callable[[str], str]) -> Report:

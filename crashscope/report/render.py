@@ -325,7 +325,7 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
                      _t(ex.message, msg_limit), wrap=full)
 
     if report.co_occurring:
-        items = capped("co_occurring", list(report.co_occurring))
+        items = capped("co_occurring", [c.to_dict() for c in report.co_occurring])
         line(("Also seen in the correlation window", "bold"))
         for c in items:
             if not isinstance(c, dict):
@@ -443,9 +443,7 @@ def render_markdown(report: Report, **_: Any) -> str:
                        + (f" (first {_mdc(loc)})" if loc else "") + (f"; not reported by ranks {miss}" if miss else ""))
     if report.co_occurring:
         out += ["", "## Also seen in the correlation window", ""]
-        for c in report.co_occurring:
-            if not isinstance(c, dict):
-                continue
+        for c in [x.to_dict() for x in report.co_occurring]:
             nodes = ", ".join(_mdt(n) for n in c.get("nodes") or [] if _known(n))
             loc = _loc(c.get("file"), c.get("line"))
             out.append(f"- {_mdc(c.get('cause'))}: {_mdt(c.get('rule'))}" + (f" on {nodes}" if nodes else "") + (f" ({_mdc(loc)})" if loc else ""))
