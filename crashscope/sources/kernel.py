@@ -267,10 +267,19 @@ def _frac_ns(frac: str | None) -> int:
     return int((frac + "000000000")[:9]) if frac else 0
 
 
+# `grep -r ... /var/log` output: "messages:Jun 17 20:18:09 host kernel: ...", "kern.log.1:...",
+# "logs/node3/dmesg.txt:120:[ 12.3] ..." (the file, an optional line number, no space after the colon)
+_GREP_PREFIX = regex.compile(
+    r"^(?:\./)?(?:[\w.@+-]+/)*(?:messages|syslog|kern\.log|kernel\.log|dmesg|journal|[\w.@+-]+\.(?:log|txt|out))(?:[.-]\d+)?(?::\d+)?:(?=[A-Z\[<0-9])"
+)
+
+
 def _container(text: str, ctx: ParseContext, n: int | None = None) -> _Line | None:
     """Strip the container prefix of one line. None: not a kernel line (another daemon)."""
     if text.startswith("{"):
         return _json_line(text, ctx, n)
+    if gm := _GREP_PREFIX.match(text):
+        text = text[gm.end():]
     m = _KMSG.match(text)
     if m:
         return _Line(m.group("msg"), mono_us=int(m.group("usec")))
@@ -528,6 +537,9 @@ class _Parser:
         self.last_mono: int | None = None
         self.block: _Pending | None = None  # hung task / AER / MCE: continues on adjacent lines
         self.oom: _Pending | None = None  # OOM report: invoked ... Killed process (many lines apart)
+        # stack frames outside any block: the tail of a report whose header was cut off (a pasted dmesg)
+        self.orphan: list[tuple[str, str | None]] = []
+        self.orphan_lines: tuple[int, int] = (0, 0)
 
     # -- output ----------------------------------------------------------------------------------
     def base_attrs(self, info: _Line) -> dict[str, Any]:
@@ -583,7 +595,25 @@ class _Parser:
             if self.continue_block(n, msg, info):
                 return
             self.flush_block()
+        if self.orphan_frame(n, msg):
+            return
         self.dispatch(n, msg, info)
+
+    def orphan_frame(self, n: int, msg: str) -> bool:
+        frames: list[tuple[str, str | None]] = []
+        if am := _ARM_FRAME.match(msg):
+            frames = [(am.group("sym"), am.group("mod")), (am.group("csym"), am.group("cmod"))]
+        elif fm := _FRAME.match(msg):
+            frames = [(fm.group("sym"), fm.group("mod"))]
+        else:
+            return False
+        if not self.orphan or n - self.orphan_lines[1] > 2:
+            self.orphan, self.orphan_lines = [], (n, n)
+        for f in frames:
+            if len(self.orphan) < 64 and (not self.orphan or self.orphan[-1][0] != f[0]):
+                self.orphan.append(f)
+        self.orphan_lines = (self.orphan_lines[0], n)
+        return True
 
     def continue_block(self, n: int, msg: str, info: _Line) -> bool:
         p = self.block
@@ -652,6 +682,18 @@ class _Parser:
                 ctx.warn("hung task report not understood", n, msg)
                 return
             pid = int(m.group("pid"))
+            if self.orphan and n - self.orphan_lines[1] <= 2:
+                # khungtaskd prints its reports back to back: the frames right above this header
+                # are the end of the previous report, whose header is not in the log.
+                frames = self.orphan
+                attrs = {"header_missing": True, "orphan_subsystem": _classify(frames),
+                         "top_frames": [s for s, _ in frames if s not in _SCHED_FRAMES][:6]}
+                mods = sorted({mo for _, mo in frames if mo})
+                if mods:
+                    attrs["modules"] = mods
+                self.emit(Kind.HUNG_TASK, self.orphan_lines[0], info, Severity.WARNING, attrs,
+                          message="stack of an earlier hung-task report (its 'INFO: task ... blocked' header is not in the log)")
+            self.orphan = []
             self.block = _Pending(Kind.HUNG_TASK, n, msg.strip(), info,
                                   {"comm": m.group("comm"), "pid": pid, "seconds": int(m.group("sec"))}, Severity.ERROR, pid=pid, last_line=n)
             return

@@ -35,7 +35,9 @@ present, ``srun_task``, ``trace_ms``; WARN-derived events have ``file``, ``line_
 * net_config: ``transport`` (ib | socket | bootstrap | plugin | <network name>),
   ``devices`` (``mlx5_0:1/IB``...), ``hcas``, ``ifaces`` ([{name, ip, port}]),
   ``oob_iface``, ``oob_ip``, ``relaxed_ordering``, ``network``, ``plugin``,
-  ``plugin_type``, ``plugin_api``.
+  ``plugin_type``, ``plugin_api``, ``net_plugin_kind`` (internal | external: which network plugin
+  NCCL runs on, from ``NET/Plugin: ... Using internal network plugin`` / ``Loaded net plugin`` /
+  ``Plugin Path : .../libnccl-net.so``), ``plugin_missing``, ``plugin_path``.
   Settings in force: ``transport`` "env" with ``setting`` (``NCCL_IB_TIMEOUT``), ``value``
   (as printed, ``22``), ``origin`` (nccl_env: ``... set by environment to 22.``; nccl_net:
   socket.cc's ``NCCL_SOCKET_IFNAME set to eth0``); "gdr" with ``network``, ``gdr`` (bool),
@@ -85,6 +87,8 @@ PREFILTER = (
     r"|NCCL INFO Bootstrap ?: Using"
     r"|NCCL INFO Using network "
     r"|NCCL INFO NET/Plugin ?: Loaded "
+    r"|NCCL INFO NET/Plugin ?: (?:Could not find|Using internal|No plugin found)"
+    r"|NCCL INFO Plugin Path : "
     r"|NCCL INFO NCCL_\w+ set (?:by environment )?to "
     r"|NCCL INFO NET/\w+ : GPU Direct RDMA (?:Enabled|Disabled) for HCA"
     r"|NCCL INFO \d+ coll channels, "
@@ -156,6 +160,12 @@ _BOOTSTRAP = regex.compile(r"Bootstrap ?: Using(?P<ifs>.*)")
 _IFACE = regex.compile(r"(?:\[\d+\])?(?P<name>[^\s:\[\]]+):(?P<ip>[^\s<]+)<(?P<port>\d+)>")
 _USING_NET = regex.compile(r"Using network (?P<net>.+?)\s*$")
 _PLUGIN = regex.compile(r"NET/Plugin ?: Loaded (?P<type>net|coll|collnet) plugin (?P<name>.+?) \(v(?P<api>\d+)\)")
+# No external net plugin: NCCL >= 2.23 src/plugin/net.cc "NET/Plugin: Could not find: %s. Using internal network plugin.";
+# 2.19-2.22 "NET/Plugin: Using internal network plugin."; older "NET/Plugin : No plugin found (libnccl-net.so), using
+# internal implementation". An external one: "NET/Plugin: Loaded net plugin <name> (v<api>)", NCCL >= 2.23 src/plugin/
+# plugin_open.cc "Plugin Path : <path of the library dlopen'ed>".
+_PLUGIN_INTERNAL = regex.compile(r"NET/Plugin ?: (?:Could not find: (?P<lib>\S+?)\.? Using internal network plugin|Using internal network plugin|No plugin found(?: \((?P<lib2>[^)]*)\))?, using internal implementation)")
+_PLUGIN_PATH = regex.compile(r"Plugin Path : (?P<path>\S+)")
 # The settings in force (src/misc/param.cc ncclLoadParam "%s set by environment to %lld.",
 # socket.cc "NCCL_SOCKET_IFNAME set by environment to %s" / "NCCL_SOCKET_IFNAME set to %s",
 # graph/paths.cc "%s set by environment to %s" for GDR levels, tuning.cc NCCL_ALGO/NCCL_PROTO;
@@ -525,10 +535,24 @@ class NcclSource(LineSource):
                      "p2p_channels_per_peer": int(m.group("pp"))}
         elif msg.startswith("NET/Plugin"):
             m = _PLUGIN.match(msg)
+            if m is not None:
+                attrs = {"transport": "plugin", "plugin": m.group("name"), "plugin_type": m.group("type"),
+                         "plugin_api": int(m.group("api"))}
+                if m.group("type") == "net":
+                    attrs["net_plugin_kind"] = "external"
+            elif (m := _PLUGIN_INTERNAL.match(msg)) is not None:
+                attrs = {"transport": "plugin", "plugin": "internal", "plugin_type": "net", "net_plugin_kind": "internal"}
+                if lib := m.group("lib") or m.group("lib2"):
+                    attrs["plugin_missing"] = lib
+            else:
+                return False
+        elif msg.startswith("Plugin Path :"):
+            m = _PLUGIN_PATH.match(msg)
             if m is None:
                 return False
-            attrs = {"transport": "plugin", "plugin": m.group("name"), "plugin_type": m.group("type"),
-                     "plugin_api": int(m.group("api"))}
+            attrs = {"transport": "plugin", "plugin_path": m.group("path")}
+            if "-net" in m.group("path").rsplit("/", 1)[-1]:
+                attrs["plugin_type"], attrs["net_plugin_kind"] = "net", "external"
         else:
             return False
         self._emit(ctx, Kind.NET_CONFIG, lineno, msg, base, extra, attrs)

@@ -173,6 +173,8 @@ class VersionsSource(FileSource):
         frozen = sum(1 for ln in sample if _FREEZE.match(ln))
         if frozen >= 5 and frozen >= 0.6 * len(sample):
             return 0.8
+        if frozen == len(sample) and any(_component(m.group("name")) for ln in sample if (m := _FREEZE.match(ln))):
+            return 0.7  # a short `pip freeze | grep nccl` of known packages, nothing else in the file
         if len(lines) <= 3 and (_UNAME_A.match(first) or _SLURM.match(first) or _PROC_VERSION.match(first)):
             return 0.7
         if len(lines) <= 3 and _UNAME_R.match(first):
