@@ -320,6 +320,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
+    ev = _own_line_pids(ev)
     ev = _pid_only_ranks(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
     rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
@@ -332,6 +333,26 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
 # A node named in a rank's own log header: a bracketed field (``[n2]``, python logging
 # ``%(hostname)s`` in brackets) or a ``node=``/``host=``/``hostname=`` field.
 OWN_HOST_MIN_SHARE = 0.5
+
+
+def _own_line_pids(ev: pl.DataFrame) -> pl.DataFrame:
+    """Rank -> pid from the rank's own log: the applog source gives a rank's activity the one
+    pid its lines state (``started pid=7621 ...``); when no other rank states that pid it is
+    the rank's process, so a kernel OOM kill of that pid, which says no rank and often no
+    node, lands on the rank (``_pid_only_ranks``)."""
+    act = ev.filter((pl.col("source") == "applog") & (pl.col("kind") == Kind.ACTIVITY.value) & pl.col("rank").is_not_null()
+                    & pl.col("attrs").str.contains('"pid"', literal=True))
+    if act.height == 0:
+        return ev
+    named = act.select("rank", _attr("attrs", "pid", pl.Int64).alias("_p")).filter(pl.col("_p").is_not_null()).unique()
+    one = named.group_by("rank").agg(pl.col("_p").first(), pl.len().alias("_n")).filter(pl.col("_n") == 1)
+    once = named.group_by("_p").agg(pl.len().alias("_m")).filter(pl.col("_m") == 1)
+    m = one.join(once, on="_p", how="semi").select(pl.col("rank").cast(ev.schema["rank"]), pl.col("_p").cast(ev.schema["pid"]).alias("_op"))
+    if m.height == 0:
+        return ev
+    ev = ev.join(m, on="rank", how="left")
+    fill = (pl.col("source") == "applog") & pl.col("pid").is_null()
+    return ev.with_columns(pl.when(fill).then(pl.col("_op")).otherwise(pl.col("pid")).alias("pid")).drop("_op").sort("_id")
 
 
 def _job_nodes(ev: pl.DataFrame) -> list[str]:

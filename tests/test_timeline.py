@@ -297,3 +297,19 @@ def test_simulated_skew_is_found_on_the_planted_host_only(tmp_path: Path, seed: 
     assert shifted == set(planted)
     for h, o in planted.items():
         assert abs(tl.skew_s[h] - o) < 0.5
+
+
+def test_a_kernel_oom_kill_of_a_pid_a_rank_stated_lands_on_that_rank() -> None:
+    """The rank's log says `started pid=27519 node=n2 ... rank=3` (applog keeps the one pid a
+    rank states on its activity); dmesg's `Killed process 27519` names no rank and no node."""
+    frames = [_nodelist(["n1", "n2"])]
+    for r, node in enumerate(["n1", "n1", "n2", "n2"]):
+        frames += [_app_line(r, node, 10 + i, i + 1, f"step {i} loss 0.6") for i in range(3)]
+        frames.append(make_event(kind="activity", source="applog", host=None, rank=r, t=13, file=f"logs/rank{r}.log", line=4,
+                                 message=f"last time-stamped line of this file: - [rank {r}/4] [{node}] train - step 2 loss 0.6",
+                                 attrs={"lines": 4, "pid": 27516 + r}, severity="info"))
+    frames.append(make_event(kind="host_oom", source="kernel", host=None, rank=None, pid=27519, t=20, file="dmesg.txt", line=81,
+                             message="Memory cgroup out of memory: Killed process 27519 (python)", severity="critical"))
+    tl = _tl(frames)
+    kill = tl.events.filter(pl.col("kind") == "host_oom").row(0, named=True)
+    assert kill["rank"] == 3 and kill["host"] == "n2"

@@ -6,6 +6,15 @@ moment, often with no error at all (the job may even complete, slowly: an incide
 the same). The step times come from the trainers' own progress lines (``applog``).
 Which rank is slow cannot be read from synchronous step times; per-rank telemetry, traces
 or the slow-rank rule (ranks whose own step times differ) name it.
+
+Slow, then stuck (``slow-then-stuck``): a step that took longer than the process group's
+collective timeout and still completed on the ranks means every collective of that step
+finished, each within the timeout, just slowly: no rank was dead or stopped then (a stopped
+or killed rank ends in a timeout after at most one timeout's worth of waiting). When such
+a step is the job's last, with no checkpoint inside it, and the hang that follows names the
+rank that did not arrive (``monitoredBarrier`` / desync report), that rank was the slow one:
+a straggler (the taxonomy's ``gpu_throttle``, "one rank ran slow") that finally fell behind
+by a whole timeout, not a node failure.
 """
 
 from __future__ import annotations
@@ -17,11 +26,21 @@ from crashscope.schema import Kind
 
 RULE_ID = "throughput-collapse"
 WEIGHT = 0.4
+STUCK_RULE_ID = "slow-then-stuck"
+STUCK_WEIGHT = 0.7  # above a hang's "who never arrived" (0.55-0.6): the same rank, and why
+STUCK_FACTOR = 10.0  # the slow step over the rank's median step
+STUCK_MIN_S = 60.0  # the slow step's length when no collective timeout is known
 MIN_STEPS = 8  # per rank, before and after together
 FACTOR = 1.8  # median step time after the jump over the median before
 
 
 def throughput_collapse(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    out = _collapse(events)
+    out.extend(slow_then_stuck(events, world))
+    return out
+
+
+def _collapse(events: pl.DataFrame) -> list[Finding]:
     steps = events.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("time").is_not_null())
     if steps.height < MIN_STEPS:
         return []
@@ -96,3 +115,96 @@ def _median(v: list[float]) -> float:
     if n == 0:
         return 0.0
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def _ns(t) -> int | None:  # type: ignore[no-untyped-def]
+    return int(t.timestamp() * 1_000_000_000) if t is not None else None
+
+
+def _ev(r: dict) -> Evidence:  # type: ignore[type-arg]
+    return Evidence(time=_ns(r["time"]), host=r["host"], rank=r["rank"], gpu=None, gpu_index=None, file=r["file"] or "",
+                    line=r["line"], source=str(r["source"]), kind=str(r["kind"]), message=r["message"] or "")
+
+
+def slow_then_stuck(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """See the module docstring: the job's last step outlasted the collective timeout and
+    completed, then the hang named the rank that did not arrive."""
+    steps = events.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("time").is_not_null())
+    named = events.filter((pl.col("kind") == Kind.DESYNC_REPORT.value) & pl.col("time").is_not_null())
+    if steps.height < MIN_STEPS or named.height == 0:
+        return []
+    lagging: set[int] = set()
+    timeout_ms: list[float] = []
+    for a in named["attrs"].drop_nulls().to_list():
+        d = _attrs(a)
+        lagging.update(int(r) for r in d.get("lagging_ranks") or () if isinstance(r, int))
+        if isinstance(d.get("timeout_ms"), (int, float)):
+            timeout_ms.append(float(d["timeout_ms"]))
+    to = events.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value)["attrs"].drop_nulls().to_list()
+    timeout_ms += [float(v) for a in to if isinstance(v := _attrs(a).get("timeout_ms"), (int, float))]
+    if len(lagging) != 1:
+        return []  # one rank fell behind; several named is another story
+    culprit = next(iter(lagging))
+    t_named = named["time"].min()
+    floor_s = max(timeout_ms) / 1000.0 if timeout_ms else STUCK_MIN_S
+    ckpts = events.filter((pl.col("kind") == Kind.CHECKPOINT.value) & pl.col("time").is_not_null())["time"].to_list()
+    # HF Trainer's dicts name no step: the ordinal of the progress line in its file stands in
+    idx = pl.coalesce(
+        pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False),
+        pl.col("attrs").str.json_path_match("$.seen").cast(pl.Int64, strict=False),
+    )
+    steps = steps.with_columns(idx.alias("_step"))
+    steps = steps.filter(pl.col("_step").is_not_null()).sort(["file", "rank", "_step", "line"], nulls_last=True)
+    slow: list[tuple[dict, dict, float, float]] = []  # (line before, line after, seconds, x median) per series
+    series = 0
+    for _, g in steps.group_by(["file", "rank"], maintain_order=True):
+        rows = [r for r in g.unique(subset=["_step"], keep="first", maintain_order=True).iter_rows(named=True) if r["time"] <= t_named]
+        if len(rows) < MIN_STEPS:
+            continue
+        series += 1
+        per = [((b["time"] - a["time"]).total_seconds() / (b["_step"] - a["_step"]), a, b) for a, b in zip(rows, rows[1:])]
+        base = _median([p for p, _, _ in per[:-1]])
+        p, a, b = per[-1]
+        dt = (b["time"] - a["time"]).total_seconds()
+        if base <= 0 or p < STUCK_FACTOR * base or dt <= floor_s:
+            continue
+        if any(a["time"] < c <= b["time"] for c in ckpts):
+            continue  # a checkpoint inside the long step: the save took the time
+        slow.append((a, b, dt, p / base))
+    if not series or len(slow) * 2 <= series:
+        return []  # the job as a whole did not crawl through its last step
+    mine = [x for x in slow if x[0]["rank"] == culprit] or slow
+    a, b, dt, factor = min(mine, key=lambda x: (x[0]["time"], x[0]["file"]))
+    first = dict(a, rank=culprit if a["rank"] is None else a["rank"])
+    nrow = named.sort("time").row(0, named=True)
+    title = (f"Rank {culprit} was slow, not dead: the job's last step took {dt:.0f} s ({factor:.0f}x its usual) "
+             f"and still completed (each collective within the {floor_s:.0f} s timeout), then rank {culprit} "
+             "did not reach the next collective")
+    return [
+        Finding(
+            rule_id=STUCK_RULE_ID, title=title, cause="gpu_throttle", role="cause", status="stable", weight=STUCK_WEIGHT,
+            first_time=_ns(a["time"]), count=len(slow), hosts=tuple(h for h in {first["host"]} if h), ranks=(culprit,), gpus=(),
+            evidence=(_ev(first), _ev(b), _ev(nrow)),
+            explanation=(
+                "A stopped or killed rank makes its peers time out one collective timeout after it stopped. Here the "
+                "job's last step lasted longer than that timeout and completed, so every rank, this one included, was "
+                "still answering, only very slowly; then this rank fell a whole timeout behind. That is a straggler "
+                "(a throttled GPU, a CPU-starved or overloaded host), not a dead node."
+            ),
+            actions=(
+                f"Look at what slowed rank {culprit}'s host around the start of that step: GPU clocks and clock-event "
+                "reasons (nvidia-smi -q -d PERFORMANCE, DCGM), CPU quota/cgroup throttling (cpu.stat nr_throttled), "
+                "other processes on the node, swap.",
+            ),
+        )
+    ]
+
+
+def _attrs(a: str | None) -> dict:  # type: ignore[type-arg]
+    import json
+
+    try:
+        d = json.loads(a or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}

@@ -201,6 +201,9 @@ _MSG_RANK = regex.compile(
 # Lightning: log.info(f"Initializing distributed: GLOBAL_RANK: {global_rank}, MEMBER: {global_rank + 1}/{world_size}")
 # Lightning-AI/pytorch-lightning src/lightning/fabric/utilities/distributed.py (_init_dist_connection)
 _LIGHTNING_INIT = regex.compile(r"Initializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)")
+# A process stating its own pid ("started pid=7621 node=n1 ..."): a key=value field. Not "(pid: N)", which
+# torchrun's summaries and agents print about a worker ("exitcode  : 1 (pid: 52533)").
+_OWN_PID = regex.compile(r"(?:^|[\s\[,;|])pid=(\d{1,9})(?=[\s,;\]]|$)")
 _MSG_HOST = regex.compile(r"^\[?(?:hostname|host)\s*[=:]\s*(?P<host>[A-Za-z][\w.-]{0,62})\]?[\s:,|-]*")
 
 # -- progress lines ---------------------------------------------------------------------------
@@ -410,6 +413,7 @@ class _Stream:
     host: str | None = None
     task: int | None = None
     gaps: int = 0
+    pids: set[int] = field(default_factory=set)  # pid= fields this rank's lines state (two are enough to know it is not one)
 
 
 @dataclass
@@ -498,6 +502,18 @@ def _plain(msg: str):  # type: ignore[no-untyped-def]
     return m
 
 
+def _hf_dict(msg: str) -> str | None:
+    """The HF Trainer logs dict, bare (``print(logs)``) or as the message of a logging format
+    that put fields before it (``[rank 0/4] [n1] train - {'loss': ...}``)."""
+    if msg.startswith("{'"):
+        return msg if _HF_DICT.match(msg) else None
+    i = msg.find(" - {'", 0, 200)
+    if i < 0:
+        return None
+    body = msg[i + 3:]
+    return body if _HF_DICT.match(body) else None
+
+
 def _num(text: str | None) -> float | None:
     if text is None:
         return None
@@ -584,6 +600,8 @@ class _Parser:
                                      st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
             st.last_time, st.last_tq, st.last_line = hdr.time, hdr.tq, n
             st.last_message = excerpt[:EXCERPT]
+        if "pid=" in excerpt and len(st.pids) < 2 and (pm := _OWN_PID.search(excerpt[:240])):
+            st.pids.add(int(pm.group(1)))
         base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host)
         if self.run_ends < MAX_RUN_ENDS:
             for framework, rx in _RUN_END:
@@ -693,8 +711,8 @@ class _Parser:
                     a["mfu"] = _num(v)
                 else:
                     a[k] = _num(v)
-        elif msg.startswith("{'") and _HF_DICT.match(msg):
-            items = {mm.group("k"): mm.group("v").strip() for mm in _HF_ITEM.finditer(msg)}
+        elif (hf := _hf_dict(msg)) is not None:
+            items = {mm.group("k"): mm.group("v").strip() for mm in _HF_ITEM.finditer(hf)}
             if "loss" not in items:
                 return True  # end-of-train / eval summary: not a step
             a = {"framework": "hf_trainer", "loss": _num(items.get("loss"))}
@@ -940,6 +958,8 @@ class _Parser:
                     attrs["framework"] = st.framework
                 if st.task is not None:
                     attrs["srun_task"] = st.task
+                if len(st.pids) == 1:
+                    attrs["pid"] = next(iter(st.pids))
                 who = f"rank {st.rank}" if st.rank is not None else "this file"
                 self.out.append(_Row(Kind.ACTIVITY, st.last_line, f"last time-stamped line of {who}: {st.last_message[:160]}",
                                      attrs, st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
