@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from crashscope.report.html import CSP, crash_window, render_html, timeline_picture
-from crashscope.report.model import EventRef, EvidenceItem, Implicated, Report, SymptomGroup
+from crashscope.report.model import Activity, EventRef, EvidenceItem, Implicated, Report, SymptomGroup
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "reports"
@@ -120,7 +120,7 @@ def check_page(report: Report, page: str) -> None:
         assert " ".join(report.summary.split())[:80] in text
     for n in report.implicated.nodes:
         assert n in text
-    times = [e.time for e in report.evidence if e.time] + [((report.activity or {}).get("ranks") or [{}])[0].get("last")]
+    times = [e.time for e in report.evidence if e.time] + [report.activity.ranks[0].time if report.activity is not None and report.activity.ranks else None]
     if any(times):
         assert any(t == "svg" for t, _ in p.tags), "no timeline picture"
     for e in report.evidence[:40]:
@@ -193,7 +193,7 @@ def test_odd_one_out_among_many_hosts() -> None:
     hosts["n003"]["versions"]["driver"] = "525.85.12"
     hosts["n004"]["xids"] = [79]
     hosts["n005"]["last"] = "2026-01-01T00:00:01.000000Z"
-    r = Report(job={"id": "1", "nodes": sorted(hosts), "ranks": 6}, cause="driver_drift", activity={"ranks": [], "hosts": [{"node": n} | h for n, h in hosts.items()]})
+    r = Report(job={"id": "1", "nodes": sorted(hosts), "ranks": 6}, cause="driver_drift", activity=Activity.from_dict({"ranks": [], "hosts": [{"node": n} | h for n, h in hosts.items()]}))
     page = render_html(r)
     rows = dict((n, (cls, cells)) for cls, n, cells in re.findall(r'<tr class="([^"]*)">\s*<td>(n\d+)</td>(.*?)</tr>', page, re.S))
     assert [n for n, (cls, _) in rows.items() if "odd-one" in cls] == ["n003", "n004", "n005"]
@@ -271,7 +271,7 @@ def test_a_report_without_anything_renders() -> None:
     check_inert(page)
     assert "crashscope: unknown" in text_of(page)
     r = Report(job={"id": None}, cause="oom", evidence=[EvidenceItem(rule="r", cause="oom", time="not a time", node=None, rank=None, file="", line=None, message="m")],
-               first_failure=EventRef.from_dict({"time": "garbage"}), activity={"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": ["not a dict", {"node": None}]},
+               first_failure=EventRef.from_dict({"time": "garbage"}), activity=Activity.from_dict({"ranks": [{"rank": "x"}, {"rank": 1, "last": 5}], "hosts": ["not a dict", {"node": None}]}),
                layers=["x", {"layer": None}], history=[1, {"a": None}], symptoms=[s for s in (SymptomGroup.from_dict(x) for x in [None, {"first": "x"}]) if s is not None])
     check_inert(render_html(r))
     odd = Report.from_dict({"job": [], "implicated": "x", "activity": 3, "clock": None, "coverage": {"hosts": {"h": "x"}}, "cause": "oom"})
@@ -299,7 +299,7 @@ def _thousand_ranks() -> Report:
                   first_failure=EventRef(time="2026-05-01T10:00:30.000000Z", node="node002", rank=9, message="boom", file="slurm.out", line=10),
                   symptoms=[SymptomGroup(kind="collective_timeout", signature="", count=1000, n_ranks=1000, ranks="0-1023", missing_ranks=[512, 513],
                                          first=EventRef(time="2026-05-01T10:00:31.000000Z", file="slurm.out", line=12, message="timeout"))],
-                  activity={"ranks": ranks, "hosts": [{"node": n} | h for n, h in hosts.items()]})
+                  activity=Activity.from_dict({"ranks": ranks, "hosts": [{"node": n} | h for n, h in hosts.items()]}))
 
 
 def test_a_thousand_ranks_are_grouped_by_node_with_the_outliers() -> None:

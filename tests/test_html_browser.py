@@ -279,7 +279,7 @@ def test_a_thousand_ranks_open_fast(job_1024: Path, browser: Browser, tmp_path: 
     from crashscope.pipeline import analyze
 
     report, _, _ = analyze(job_1024)
-    assert report.job["ranks"] == 1024 and len(report.activity["ranks"]) == 1024
+    assert report.job["ranks"] == 1024 and report.activity is not None and len(report.activity.ranks) == 1024
     page = tmp_path / "report.html"
     page.write_text(render_html(report), encoding="utf-8")
     size = page.stat().st_size

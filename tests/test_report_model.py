@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 
 from crashscope.report.model import (
+    Activity,
     CoOccurring,
     Coverage,
     EventRef,
     EventRow,
     EvidenceItem,
+    HostActivity,
     HostSummary,
     Implicated,
+    RankActivity,
     Report,
     SymptomGroup,
 )
@@ -35,6 +38,8 @@ def _report() -> Report:
                           ranks_seen=3, ranks_expected=4),
         anomalies=[EventRow(time=None, time_quality="missing", node="node001", rank=0, gpu="0000:18:00.0", source="nccl", kind="nccl_error",
                             severity="error", message="x", file="r0.log", line=3, count=2)],
+        activity=Activity(ranks=[RankActivity(rank=0, node="node001", first="a", time="b", kind="signal", file="t.log", line=5)],
+                          hosts=[HostActivity(node="node001", versions={"driver": "550"}, gpus=8, throttle=["hw_slowdown"], xids=[79], ranks=[0], first="a", last="b")]),
         co_occurring=[CoOccurring(cause="storage_stall", rule="nfs", nodes=["node001"], time=None, file="d.log", line=4, score=0.42)],
         timeline_excerpt=[EventRow(time="t", time_quality="exact", source="kernel", kind="link_event", severity="error", message="y", file="k.log", line=9)],
     )
@@ -52,6 +57,9 @@ def test_each_place_writes_its_keys_in_order() -> None:
     assert list(d["anomalies"][0])[-1] == "count" and "count" not in d["timeline_excerpt"][0]
     assert d["anomalies"][0]["gpu"] == "0000:18:00.0"
     assert d["co_occurring"] == [{"cause": "storage_stall", "rule": "nfs", "nodes": ["node001"], "time": None, "file": "d.log", "line": 4, "score": 0.42}]
+    assert d["activity"]["ranks"] == [{"rank": 0, "node": "node001", "first": "a", "last": "b", "kind": "signal", "file": "t.log", "line": 5}]
+    assert list(d["activity"]["hosts"][0]) == ["node", "versions", "gpus", "throttle", "xids", "ranks", "first", "last"]
+    assert Report(job={}).to_dict()["activity"] == {}
     assert Report(job={}).to_dict()["coverage"] == {} and Report(job={}).to_dict()["first_failure"] is None
 
 

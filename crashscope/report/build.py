@@ -9,7 +9,7 @@ import logging
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import polars as pl
 
@@ -17,7 +17,7 @@ from crashscope.engine.model import Finding
 from crashscope.ingest import IngestResult
 from crashscope.layers import apply_layers
 from crashscope.report.events import event_row, iso_ns
-from crashscope.report.model import Coverage, EventRow, HostSummary, Report, SymptomGroup
+from crashscope.report.model import Activity, Coverage, EventRow, HostActivity, HostSummary, RankActivity, Report, SymptomGroup
 from crashscope.schema import Kind
 from crashscope.timeline import Timeline, attrs_of, iso, signature_expr
 from crashscope.verdict import Verdict
@@ -173,11 +173,11 @@ _NOT_ACTIVITY = (Kind.VERSION.value, Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETR
 MAX_COMPONENTS = 40
 
 
-def activity(ev: pl.DataFrame) -> dict[str, Any]:
+def activity(ev: pl.DataFrame) -> Activity:
     """``Report.activity``: each rank's first and last line (time, kind, file:line) and each
     host's versions, GPU count, serious clock-slowdown reasons, Xids and time span."""
     if ev.height == 0:
-        return {"ranks": [], "hosts": []}
+        return Activity()
     from crashscope.sources.nvidia_smi import SERIOUS_REASONS
 
     kind, src = pl.col("kind").cast(pl.String), pl.col("source").cast(pl.String)
@@ -188,9 +188,9 @@ def activity(ev: pl.DataFrame) -> dict[str, Any]:
             pl.col("host").drop_nulls().last(), pl.col("time").first().alias("first"), pl.col("time").last().alias("last"),
             kind.last().alias("kind"), pl.col("file").last(), pl.col("line").last()).sort("rank")
         for r in last.iter_rows(named=True):
-            ranks.append({"rank": r["rank"], "node": r["host"], "first": iso_ns(r["first"]), "last": iso_ns(r["last"]),
-                          "kind": r["kind"], "file": r["file"], "line": r["line"]})
-    hosts: dict[str, dict[str, Any]] = {}
+            ranks.append(RankActivity(rank=r["rank"], node=r["host"], first=iso_ns(r["first"]), time=iso_ns(r["last"]),
+                                      kind=r["kind"], file=r["file"], line=r["line"]))
+    hosts: dict[str, HostActivity] = {}
     for (host,), g in ev.filter(pl.col("host").is_not_null()).group_by(["host"], maintain_order=True):
         versions: dict[str, str] = {}
         for a in g.filter(kind == Kind.VERSION.value).sort("time", nulls_last=True)["attrs"].drop_nulls().to_list():
@@ -204,17 +204,17 @@ def activity(ev: pl.DataFrame) -> dict[str, Any]:
         xids = sorted({x for x in (attrs_of(a).get("xid") for a in g.filter(kind == Kind.XID.value)["attrs"].drop_nulls().to_list())
                        if isinstance(x, int)})
         rk = own.filter(pl.col("host") == host)
-        hosts[str(host)] = {
-            "versions": dict(sorted(versions.items())),
-            "gpus": int(gpus.select(pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).to_series().drop_nulls().n_unique()),
-            "throttle": sorted(throttle),
-            "xids": xids,
-            "ranks": sorted(int(r) for r in rk["rank"].unique().to_list()),
-            "first": iso_ns(rk["time"].min()) if rk.height else None,
-            "last": iso_ns(rk["time"].max()) if rk.height else None,
-        }
-    # A list, not a mapping by name: host names are values, so the string pass (redaction) maps them.
-    return {"ranks": ranks, "hosts": [{"node": h} | hosts[h] for h in sorted(hosts)]}
+        hosts[str(host)] = HostActivity(
+            node=str(host),
+            versions=dict(sorted(versions.items())),
+            gpus=int(gpus.select(pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).to_series().drop_nulls().n_unique()),
+            throttle=sorted(throttle),
+            xids=xids,
+            ranks=sorted(int(r) for r in rk["rank"].unique().to_list()),
+            first=iso_ns(rk["time"].min()) if rk.height else None,
+            last=iso_ns(rk["time"].max()) if rk.height else None,
+        )
+    return Activity(ranks=ranks, hosts=[hosts[h] for h in sorted(hosts)])
 
 
 CONTEXT_LINES = 3  # each side of an evidence line

@@ -202,9 +202,8 @@ def _hosts(r: Report) -> dict[str, Any]:
     """The per-host table: one row per node; a cell whose value differs from most hosts'
     (a version, the GPU count) is marked odd, and so is a row with Xids, a slowdown, an
     early last activity or a place in the culprit."""
-    act_raw = (r.activity or {}).get("hosts") if isinstance(r.activity, dict) else None
     cov_raw = r.coverage.to_dict()["hosts"] if r.coverage is not None else None
-    act: dict[str, Any] = {str(h["node"]): h for h in act_raw if isinstance(h, dict) and _known(h.get("node"))} if isinstance(act_raw, list) else {}
+    act: dict[str, Any] = {h.node: h.to_dict() for h in (r.activity.hosts if r.activity is not None else []) if _known(h.node)}
     cov: dict[str, Any] = {str(k): v for k, v in cov_raw.items() if isinstance(v, dict)} if isinstance(cov_raw, dict) else {}
     names = [str(n) for n in (r.job or {}).get("nodes") or [] if _known(n)]
     # Not the coverage's keys: the string pass (redaction) maps values, not keys.
@@ -308,8 +307,7 @@ def timeline_picture(r: Report, width: int = 1100, window: tuple[datetime, datet
     outliers) by time, skew-corrected as the timeline is; the first failure, the symptom wave,
     evidence and each rank's last activity marked. Returns plain numbers and sanitized
     strings for the ``timeline`` macro; ``None``-free."""
-    act = r.activity or {}
-    ranks = [a for a in act.get("ranks") or [] if isinstance(a, dict) and _int(a.get("rank"))]
+    ranks = [a.to_dict() for a in (r.activity.ranks if r.activity is not None else []) if _int(a.rank)]
     ff = r.first_failure.to_dict(FIRST_FAILURE_KEYS) if r.first_failure is not None else {}
     t_fail = _when(ff.get("time")) if ff else None
     sym_times = [t for s in r.symptoms for t in [_when(s.first.time)] if t]
@@ -431,7 +429,7 @@ def crash_window(r: Report) -> tuple[datetime, datetime] | None:
     ff = r.first_failure.to_dict(FIRST_FAILURE_KEYS) if r.first_failure is not None else {}
     starts = [t for t in [_when(ff.get("time")) if ff else None] if t]
     starts += [t for s in r.symptoms for t in [_when(s.first.time)] if t]
-    ranks = [a for a in (r.activity or {}).get("ranks") or [] if isinstance(a, dict)]
+    ranks = [a.to_dict() for a in (r.activity.ranks if r.activity is not None else [])]
     lasts = [t for a in ranks for t in [_when(a.get("last"))] if t]
     firsts = [t for a in ranks for t in [_when(a.get("first"))] if t]
     if not starts or not lasts or not firsts:
@@ -475,8 +473,8 @@ def render_html(report: Report, **_: Any) -> str:
     from crashscope import __version__
 
     # A report read from a file may hold anything: the mappings the view walks are mappings
-    # (the typed parts, implicated and coverage, are typed by Report.from_dict).
-    empty: dict[str, Any] = {k: {} for k in ("job", "activity", "clock", "analysis")
+    # (the typed parts, implicated, coverage, activity, are typed by Report.from_dict).
+    empty: dict[str, Any] = {k: {} for k in ("job", "clock", "analysis")
                              if not isinstance(getattr(report, k), dict)}
     r = dataclasses.replace(report, **empty)
 

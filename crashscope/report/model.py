@@ -154,6 +154,73 @@ class CoOccurring(EventRef):
                    score=score if isinstance(score, (int, float)) and not isinstance(score, bool) else 0.0, **cls.ref_fields(d))
 
 
+@dataclass(kw_only=True)
+class RankActivity(EventRef):
+    """One rank's span (``Report.activity.ranks``): a reference to its last line of its own
+    (``time`` is when it was written, JSON ``last``) and the time of its first (``first``)."""
+
+    first: str | None = None
+
+    def to_dict(self, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "first": self.first, "last": self.time, "kind": self.kind, "file": self.file, "line": self.line}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> RankActivity | None:
+        if not isinstance(d, dict):
+            return None
+        ref = cls.ref_fields(d)
+        ref["time"] = _str(d.get("last"))
+        return cls(first=_str(d.get("first")), **ref)
+
+
+@dataclass
+class HostActivity:
+    """One host's facts (``Report.activity.hosts``): versions per component, GPUs seen,
+    serious clock-slowdown reasons, Xids, the ranks it ran and their time span."""
+
+    node: str
+    versions: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
+    throttle: list[str] = field(default_factory=list)
+    xids: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    first: str | None = None
+    last: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "versions": dict(self.versions), "gpus": self.gpus, "throttle": list(self.throttle),
+                "xids": list(self.xids), "ranks": list(self.ranks), "first": self.first, "last": self.last}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> HostActivity | None:
+        if not isinstance(d, dict) or not isinstance(d.get("node"), str):
+            return None
+        raw = d.get("versions")
+        versions = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
+        return cls(node=d["node"], versions=versions, gpus=_int(d.get("gpus")) or 0, throttle=[t for t in _list(d.get("throttle")) if isinstance(t, str)],
+                   xids=[x for x in _list(d.get("xids")) if _int(x) is not None], ranks=[x for x in _list(d.get("ranks")) if _int(x) is not None],
+                   first=_str(d.get("first")), last=_str(d.get("last")))
+
+
+@dataclass
+class Activity:
+    """Per rank and per host, from the timeline (the HTML view's picture and host table)."""
+
+    ranks: list[RankActivity] = field(default_factory=list)
+    hosts: list[HostActivity] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        # A list of hosts, not a mapping by name: host names are values, so the string pass (redaction) maps them.
+        return {"ranks": [r.to_dict() for r in self.ranks], "hosts": [h.to_dict() for h in self.hosts]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Activity | None:
+        if not isinstance(d, dict) or not d:
+            return None
+        return cls(ranks=[r for r in (RankActivity.from_dict(x) for x in _list(d.get("ranks"))) if r is not None],
+                   hosts=[h for h in (HostActivity.from_dict(x) for x in _list(d.get("hosts"))) if h is not None])
+
+
 @dataclass
 class Implicated:
     """The culprit: nodes, ranks and GPUs (``{"node", "index", "pci"?}``)."""
@@ -285,7 +352,7 @@ class Report:
     # Per rank and per host, from the timeline (the HTML view's picture and host table):
     # {"ranks": [{rank, node, first, last, kind, file, line}], "hosts": [{node, versions,
     # gpus, throttle, xids, first, last, ranks}]}.
-    activity: dict[str, Any] = field(default_factory=dict)
+    activity: Activity | None = None  # None (JSON {}) until an analysis fills it
 
     @property
     def fingerprint(self) -> str:
@@ -299,7 +366,7 @@ class Report:
             v = getattr(self, f.name)
             if f.name == "first_failure":
                 ordered[f.name] = v.to_dict(FIRST_FAILURE_KEYS) if v is not None else None
-            elif f.name == "coverage":
+            elif f.name in ("coverage", "activity"):
                 ordered[f.name] = v.to_dict() if v is not None else {}
             elif f.name in ("implicated",):
                 ordered[f.name] = v.to_dict()
@@ -315,7 +382,7 @@ class Report:
         """The report a :meth:`to_dict` (or a report JSON file) describes; unknown keys are
         ignored, missing ones take their defaults, so older and newer reports load:
         ``Report.from_dict(r.to_dict()) == r``."""
-        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms", "anomalies", "timeline_excerpt", "co_occurring")
+        typed = ("evidence", "implicated", "first_failure", "coverage", "symptoms", "anomalies", "timeline_excerpt", "co_occurring", "activity")
         names = {f.name for f in fields(cls)}
         kw = {k: copy.deepcopy(v) for k, v in d.items() if k in names and k not in typed}
         kw.setdefault("job", {})
@@ -323,7 +390,7 @@ class Report:
         symptoms = [s for s in (SymptomGroup.from_dict(x) for x in _list(d.get("symptoms"))) if s is not None]
         anomalies, excerpt = ([e for e in (EventRow.from_dict(x) for x in _list(d.get(k))) if e is not None] for k in ("anomalies", "timeline_excerpt"))
         co = [c for c in (CoOccurring.from_dict(x) for x in _list(d.get("co_occurring"))) if c is not None]
-        return cls(evidence=evidence, symptoms=symptoms, anomalies=anomalies, timeline_excerpt=excerpt, co_occurring=co, implicated=Implicated.from_dict(d.get("implicated")),
+        return cls(evidence=evidence, symptoms=symptoms, anomalies=anomalies, timeline_excerpt=excerpt, co_occurring=co, activity=Activity.from_dict(d.get("activity")), implicated=Implicated.from_dict(d.get("implicated")),
                    first_failure=EventRef.from_dict(d.get("first_failure")), coverage=Coverage.from_dict(d.get("coverage")), **kw)
 
     def map_strings(self, fn: Callable[[str], str]) -> Report:
