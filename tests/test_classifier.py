@@ -259,3 +259,34 @@ def test_train_command_is_deterministic(tmp_path: Path) -> None:
     m = load_model(tmp_path / "model0.json")
     assert m.classes == ("oom", "preemption")
     assert m.training["site_jobs"] == 4
+
+
+# -- features from traces and telemetry -------------------------------------------------------------
+
+def test_trace_and_telemetry_features_from_a_simulated_job(tmp_path: Path) -> None:
+    """The training path (job_features) sees what the report's classifier sees: the Flight
+    Recorder analysis' finding (the rank stuck in I/O never entered collective N), the dump's
+    initiator, a dump that was not collected, and GPU telemetry."""
+    from crashscope.classify.train import job_features
+    from crashscope.simulate import simulate
+
+    d = tmp_path / "stall"
+    simulate(d, cause="storage_stall", nodes=2, gpus_per_node=4, seed=1, stack=3, traces=True, confounders=[], variant="rank0_save")
+    (d / "truth.json").unlink()
+    f = job_features(d)
+    assert f["fr_dumps"] == 1.0 and f["fr_missing_frac"] == 0.0
+    assert f["coll_never_entered_frac"] == pytest.approx(1 / 8)  # rank 0 of 8
+    assert f["cause_w:node_failure"] == pytest.approx(0.6)  # fr-hang: an analysis finding, not a rule's
+    assert f["dump_signal_seen"] == 1.0 and f["dump_signal_silent_frac"] == 0.0
+    assert f["throttle_gpus_frac"] == 0.0 and f["clock_deficit"] == 0.0
+    next(d.rglob("nccl_trace_rank_5.json")).unlink()
+    g = job_features(d)
+    assert g["fr_missing_frac"] == pytest.approx(1 / 8) and g["coll_never_entered_frac"] == pytest.approx(1 / 8)
+
+    t = tmp_path / "throttle"
+    simulate(t, cause="gpu_throttle", nodes=2, gpus_per_node=4, seed=2, stack=3, confounders=[])
+    (t / "truth.json").unlink()
+    h = job_features(t)
+    assert h["throttle_gpus_frac"] == pytest.approx(1 / 8)  # one GPU of 8 in HW slowdown
+    assert 0.3 < h["clock_deficit"] < 0.7
+    assert h["fr_dumps"] == 0.0 and h["dump_signal_seen"] == 0.0  # traces off: no dump-signal lines

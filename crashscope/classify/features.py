@@ -50,7 +50,7 @@ from crashscope.slurm_state import final_state
 from crashscope.timeline import Timeline
 
 # Bump when the meaning of any feature changes (the list check alone catches renames only).
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2  # 2: one final Slurm state (crashscope.slurm_state); trace and telemetry features
 
 LEAD_CLIP_MIN = 30.0
 SILENT_S = 120.0
@@ -97,6 +97,15 @@ COUNT_KINDS: tuple[str, ...] = (
 _SYMPTOM_EVENT_KINDS = (Kind.COLLECTIVE_TIMEOUT.value, Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value)
 
 
+# From the Flight Recorder / watchdog / Nsight analyses and the GPU telemetry (see docs/classifier.md).
+TRACE_FEATURES: tuple[str, ...] = (
+    "fr_dumps", "fr_missing_frac", "coll_never_entered_frac", "coll_mismatch", "dump_signal_seen",
+    "dump_signal_silent_frac", "throttle_gpus_frac", "clock_deficit",
+)
+SLOW_MASK = ~0x7  # clock-event reasons other than idle (0x1) and the application / software power cap (0x2, 0x4)
+CLOCK_BUSY_UTIL = 50
+
+
 def _names() -> tuple[str, ...]:
     names: list[str] = []
     for c in FEATURE_CAUSES:
@@ -110,6 +119,7 @@ def _names() -> tuple[str, ...]:
     names += [f"cancel:{r}" for r in CANCEL_REASONS] + ["node_down"]
     names += ["exception_first", "exception_ranks_frac", "ckpt_unfinished"]
     names += [f"kind:{k}" for k in COUNT_KINDS]
+    names += list(TRACE_FEATURES)
     return tuple(names)
 
 
@@ -148,6 +158,7 @@ def extract(timeline: Timeline, findings: Sequence[Finding]) -> dict[str, float]
         _coverage(f, timeline, world)
         _slurm(f, ev, counts, timeline.job_id)
         _application(f, ev, t_sym, max(world, 1))
+        _traces(f, ev, stable, max(world, 1))
     else:
         f["slurm:missing"] = 1.0
     return {k: _finite(v) for k, v in f.items()}
@@ -330,6 +341,45 @@ def _slurm(f: dict[str, float], ev: pl.DataFrame, counts: dict[str, int], job_id
         states = ev.filter(pl.col("kind") == Kind.NODE_STATE.value).select(_attr("state").alias("s"))["s"].drop_nulls().to_list()
         if any(str(s).lower() in ("not_responding", "down", "failed") for s in states):
             f["node_down"] = 1.0
+
+
+def _traces(f: dict[str, float], ev: pl.DataFrame, stable: Sequence[Finding], world: int) -> None:
+    """Who never entered the collective (Flight Recorder, watchdog PG status, Nsight), whose dumps
+    are missing, who never answered the dump signal, and how many GPUs ran slow."""
+    from crashscope.analyses import collectives as col
+
+    dumps = col.missing_dumps(ev, world)
+    if ev.filter(pl.col("kind") == Kind.TRACE_DUMP.value).height:
+        f["fr_dumps"] = 1.0
+        f["fr_missing_frac"] = min(1.0, len(dumps) / world)
+    located = [x for x in stable if x.rule_id in (col.HANG_ID, col.WATCHDOG_ID, col.TRACE_HANG_ID)]
+    if located:
+        f["coll_never_entered_frac"] = min(1.0, max(len(x.ranks) for x in located) / world)
+    if any(x.rule_id == col.MISMATCH_ID for x in stable):
+        f["coll_mismatch"] = 1.0
+    origin = col.dump_origin(ev)
+    if origin.notified:  # the dump signal went round (torch >= 2.4, TORCH_NCCL_DUMP_ON_TIMEOUT): who never answered it
+        f["dump_signal_seen"] = 1.0
+        answered = set(origin.notified) | set(origin.self_fired) | ({origin.initiator} if origin.initiator is not None else set())
+        f["dump_signal_silent_frac"] = max(0.0, min(1.0, (world - len(answered)) / world))
+    tel = ev.filter(pl.col("kind") == Kind.GPU_TELEMETRY.value)
+    if tel.height == 0:
+        return
+    d = tel.select(
+        pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|").alias("g"),
+        pl.coalesce(_attr("reasons_mask", pl.Int64), _attr("mask", pl.Int64)).alias("m"),
+        _attr("sm_clock_mhz", pl.Float64).alias("clk"),
+        _attr("util", pl.Float64).alias("u"),
+    )
+    per = d.group_by("g").agg((pl.col("m").fill_null(0) & SLOW_MASK).max().alias("slow"))
+    if per.height:
+        f["throttle_gpus_frac"] = float((per["slow"] > 0).sum()) / per.height
+    busy = d.filter(pl.col("clk").is_not_null() & (pl.col("u") >= CLOCK_BUSY_UTIL)).group_by("g").agg(pl.col("clk").median().alias("med"))
+    if busy.height >= 3:
+        peers = float(busy["med"].median())  # type: ignore[arg-type]
+        low = float(busy["med"].min())  # type: ignore[arg-type]
+        if peers > 0:
+            f["clock_deficit"] = max(0.0, min(1.0, 1.0 - low / peers))
 
 
 def _application(f: dict[str, float], ev: pl.DataFrame, t_sym: int | None, world: int) -> None:

@@ -143,18 +143,31 @@ def find_labeled(dirs: Iterable[Path | str]) -> list[tuple[Path, str]]:
 
 def job_features(job_dir: Path | str) -> dict[str, float]:
     """Run the real pipeline on one job directory and return its features."""
-    from crashscope.analyze import analyze
     from crashscope.classify.features import extract
-    from crashscope.engine.evaluate import evaluate
+    from crashscope.pipeline import find, load_timeline
+    from crashscope.verdict import _this_job
 
-    _, tl, _ = analyze(job_dir, use_classifier=False)
-    findings = evaluate(tl.events, expected_ranks=tl.world_size)
+    # exactly what the report's classifier sees: this job's events, the rules' findings and the
+    # cross-rank analyses' (Flight Recorder, watchdog, traces, stragglers, silence); the rules
+    # alone left every analysis-derived feature at 0 in training
+    tl = load_timeline(Path(job_dir)).timeline
+    findings, _ = find(_this_job(tl.events, tl.job_id), tl.world_size)
     return extract(tl, findings)
 
 
 def sim_spec(cause: str, seed: int) -> tuple[str, int, int, int]:
     n, g = SIZES[seed % len(SIZES)]
     return cause, seed, n, g
+
+
+TRACES_RATE = 0.5  # share of simulated jobs with dump-on-timeout lines and (mostly) Flight Recorder dumps
+
+
+def traces_for(seed: int) -> bool:
+    """Whether a simulated training job writes the torch >= 2.4 dump-on-timeout lines and dumps."""
+    import random
+
+    return random.Random(seed * 104729 + 3).random() < TRACES_RATE
 
 
 def drop_for(seed: int) -> str | None:
@@ -189,7 +202,8 @@ def _sim_worker(spec: tuple[str, int, int, int]) -> tuple[str, dict[str, float] 
         out = Path(tmp) / "job"
         # Layout, confounders (at the rate CONFOUNDER_RATES picks), variant, versions, zones
         # and clocks are all drawn from the seed.
-        simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed, confounder_rate=CONFOUNDER_RATES[seed % len(CONFOUNDER_RATES)])
+        simulate(out, cause=cause, nodes=n, gpus_per_node=g, seed=seed, confounder_rate=CONFOUNDER_RATES[seed % len(CONFOUNDER_RATES)],
+                 traces=traces_for(seed))
         (out / TRUTH_FILE).unlink(missing_ok=True)  # the answer key must not be read as a log
         apply_drop(out, drop)
         return origin, job_features(out), ""
