@@ -32,8 +32,9 @@ SIZES = [(2, 2), (2, 4), (4, 2), (4, 4), (4, 8), (8, 4), (8, 8)]
 
 
 def _same_first(got: dict | None, want: dict | None, planted: list[dict]) -> bool:
-    """The reported first failure is the truth's, or one of the planted root-cause lines
-    (several lines happen within the same second), or both are absent (healthy runs)."""
+    """The reported first failure (``got``: the report JSON's ``first_failure``, a dict or
+    None) is the truth's, or one of the planted root-cause lines (several lines happen
+    within the same second), or both are absent (healthy runs)."""
     if not want:
         return got is None or not planted
     if not got:
@@ -117,18 +118,20 @@ def _simulated(args) -> dict:  # type: ignore[no-untyped-def]
                 shutil.rmtree(out)
             truth = simulate(out, cause=cause, nodes=nodes, gpus_per_node=gpn, seed=seed, confounder_rate=args.confounder_rate)
             report, _, _ = analyze(out)
+            # Scored from the report's JSON form (the contract), as the corpora are.
+            got = report.to_dict()
             want_nodes = sorted(truth["implicated"]["nodes"])
-            got_nodes = sorted(report.implicated["nodes"])
+            got_nodes = sorted(got["implicated"]["nodes"])
             rows.append(
                 {
                     "cause": cause,
                     "seed": seed,
                     "size": f"{nodes}x{gpn}",
-                    "got": report.cause,
-                    "confidence": report.confidence,
-                    "cause_ok": report.cause == cause,
+                    "got": got["cause"],
+                    "confidence": got["confidence"],
+                    "cause_ok": got["cause"] == cause,
                     "nodes_ok": got_nodes == want_nodes,
-                    "first_ok": _same_first(report.first_failure, truth.get("first_failure"), truth.get("evidence", [])),
+                    "first_ok": _same_first(got.get("first_failure"), truth.get("first_failure"), truth.get("evidence", [])),
                     "want_nodes": want_nodes,
                     "got_nodes": got_nodes,
                     "confounders": truth.get("confounders", []),

@@ -83,6 +83,9 @@ class Kind(str, Enum):
     TRACE_DUMP = "trace_dump"  # one Flight Recorder dump file; attrs: format, version, entries, pg_config, pg_status
     TRACE_SUMMARY = "trace_summary"  # nsys: one process+GPU of a trace, aggregated; attrs: kernels, compute_ms, nccl_ms, ops, steps, step_compute_ms_median
     COLLECTIVE_TRACE = "collective_trace"  # nsys: the last NCCL collective of a process+GPU; attrs: op, algo, proto, dtype, seq, start, end, ended, state
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: a rank entered a collective (ProcessGroupWrapper logs it before
+    # its monitored barrier); attrs: seq, op, shape, dtypes, pg_rank. Appended last: older shards load.
+    COLLECTIVE_ENTER = "collective_enter"
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)

@@ -20,6 +20,8 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
+import polars as pl
+
 from crashscope.analyses.stragglers import stragglers
 from crashscope.ingest import ingest
 from crashscope.timeline import build_timeline
@@ -209,3 +211,131 @@ def test_ranks_with_other_collectives_are_not_compared(tmp_path: Path) -> None:
     con.close()
     assert job["slow_rank"] is None
     assert [f for f in _findings(tmp_path) if f.rule_id == "straggler-trace"] == []
+
+
+# -- arrival order at the collectives (TORCH_DISTRIBUTED_DEBUG=DETAIL) -----------------------------------
+
+def _enter_line(rank: int, seq: int, *, pg_rank: int | None = None, op: str = "ALLREDUCE", shape: str = "919296", sec: int = 0) -> str:
+    """One ProcessGroupWrapper DETAIL line as torch 2.x prints it to a merged stdout."""
+    pg = rank if pg_rank is None else pg_rank
+    return (f"[rank{rank}]:[I1201 11:41:{sec % 60:02d}.123456789 ProcessGroupWrapper.cpp:710] [Rank {pg}] Running collective: "
+            f"CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], TensorDtypes=Float, "
+            "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, layout=Strided (default), "
+            "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt)))")
+
+
+def _merged_order(n: int, ranks: list[int], *, slow: int | None, p_last: float, seed: int) -> list[list[int]]:
+    """Arrival order per collective: random, except that ``slow`` comes last with ``p_last``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        order = ranks[:]
+        rng.shuffle(order)
+        if slow is not None and rng.random() < p_last:
+            order.remove(slow)
+            order.append(slow)
+        out.append(order)
+    return out
+
+
+def _enter_events(orders: list[list[int]], *, hosts: dict[int, str] | None = None, file: str = "slurm-18.out",
+                  pg_of=None):  # type: ignore[no-untyped-def]
+    from tests.factories import make_events
+
+    rows, line = [], 1
+    for seq, order in enumerate(orders):
+        for r in order:
+            pg = pg_of(r) if pg_of else r
+            rows.append(dict(kind="collective_enter", source="pytorch", severity="info", rank=r, file=file, line=line,
+                             host=(hosts or {}).get(r), t=seq * 0.3,
+                             attrs={"seq": seq, "op": "ALLREDUCE", "shape": "1024", "pg_rank": pg},
+                             message=f"[Rank {pg}] Running collective: CollectiveFingerPrint(SequenceNumber={seq}, ...)"))
+            line += 1
+    return make_events(*rows)
+
+
+def _arrival(events):  # type: ignore[no-untyped-def]
+    return [f for f in stragglers(events, None) if f.rule_id == "straggler-arrival-order"]
+
+
+def test_detail_lines_become_collective_enter_events(tmp_path: Path) -> None:
+    lines = [_enter_line(r, 6, sec=19) for r in (0, 2, 1)]
+    # no input tensors (barrier): c10::str joins "SequenceNumber=" S "OpType=" without a separator
+    lines.append("[rank3]:[I1201 11:41:19.203121781 ProcessGroupWrapper.cpp:710] [Rank 3] Running collective: "
+                 "CollectiveFingerPrint(SequenceNumber=7OpType=BARRIER)")
+    (tmp_path / "slurm-18.out").write_text("\n".join(lines) + "\n")
+    tl = build_timeline(ingest(tmp_path))
+    ev = tl.events.filter(tl.events["kind"] == "collective_enter").sort("line")
+    assert ev["rank"].to_list() == [0, 2, 1, 3]
+    attrs = [json.loads(a) for a in ev["attrs"]]
+    assert attrs[0] == {"seq": 6, "op": "ALLREDUCE", "pg_rank": 0, "shape": "919296", "dtypes": "Float"}
+    assert attrs[3] == {"seq": 7, "op": "BARRIER", "pg_rank": 3}
+    assert ev["message"][0].endswith("TensorShape=[919296], TensorDtypes=Float, ...)")
+    assert "TensorDeviceTypes" not in ev["message"][0]
+
+
+def test_rank_last_at_most_collectives_is_the_straggler_and_node_mates_clear_the_node() -> None:
+    hosts = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    orders = _merged_order(60, [0, 1, 2, 3], slow=3, p_last=0.7, seed=5)
+    (f,) = _arrival(_enter_events(orders, hosts=hosts))
+    assert f.ranks == (3,) and f.hosts == ("n2",) and f.cause == "gpu_throttle" and f.weight == 0.5
+    assert "node-mate on n2 arrived in time" in f.title and "only meaningful within one file" in f.explanation
+    assert all(e.rank == 3 and e.file == "slurm-18.out" for e in f.evidence)
+
+
+def test_onset_is_where_the_run_of_last_arrivals_starts() -> None:
+    hosts = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    before = _merged_order(40, [0, 1, 2, 3], slow=None, p_last=0.0, seed=8)
+    after = _merged_order(60, [0, 1, 2, 3], slow=1, p_last=0.95, seed=9)
+    (f,) = _arrival(_enter_events(before + after, hosts=hosts))
+    assert f.ranks == (1,)
+    onset_seq = json.loads(_enter_events(before + after, hosts=hosts).filter(
+        pl.col("line") == f.evidence[0].line)["attrs"][0])["seq"]
+    assert 33 <= onset_seq <= 45
+
+
+def test_chance_order_and_a_weak_lean_name_no_one() -> None:
+    hosts = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    for seed in range(5):
+        assert not _arrival(_enter_events(_merged_order(400, [0, 1, 2, 3], slow=None, p_last=0.0, seed=seed), hosts=hosts))
+    # last at ~40% of 400 collectives: significant, but no more than a launcher's forwarding bias
+    assert not _arrival(_enter_events(_merged_order(400, [0, 1, 2, 3], slow=2, p_last=0.2, seed=3), hosts=hosts))
+    # too few collectives
+    assert not _arrival(_enter_events(_merged_order(20, [0, 1, 2, 3], slow=2, p_last=1.0, seed=3), hosts=hosts))
+
+
+def test_a_node_whose_ranks_are_all_late_is_not_a_rank_straggler() -> None:
+    # Both ranks of n2 come last in turn (n2's lines are forwarded later): not one rank's doing.
+    rng = random.Random(4)
+    orders = []
+    for _ in range(100):
+        late = [2, 3] if rng.random() < 0.5 else [3, 2]
+        early = [0, 1]
+        rng.shuffle(early)
+        orders.append(early + late)
+    assert not _arrival(_enter_events(orders, hosts={0: "n1", 1: "n1", 2: "n2", 3: "n2"}))
+
+
+def test_a_rank_alone_on_its_node_needs_a_stronger_lean() -> None:
+    hosts = {0: "n1", 1: "n2", 2: "n3", 3: "n4"}
+    assert not _arrival(_enter_events(_merged_order(100, [0, 1, 2, 3], slow=2, p_last=0.5, seed=6), hosts=hosts))
+    (f,) = _arrival(_enter_events(_merged_order(100, [0, 1, 2, 3], slow=2, p_last=0.9, seed=6), hosts=hosts))
+    assert f.ranks == (2,) and f.hosts == ("n3",) and "node-mate" not in f.title
+
+
+def test_subgroup_and_two_rank_collectives_are_left_out() -> None:
+    # Two tensor-parallel groups {0..3}, {4..7}: their collectives share fingerprints, and
+    # group ranks are not global ranks; rank 7 "last" means nothing across groups.
+    orders = [[0, 1, 2, 3, 4, 5, 6, 7] for _ in range(80)]
+    ev = _enter_events(orders, hosts={r: f"n{r // 2}" for r in range(8)}, pg_of=lambda r: r % 4)
+    assert not _arrival(ev)
+    # two ranks: their order is the launcher's as much as theirs
+    assert not _arrival(_enter_events([[0, 1] for _ in range(200)], hosts={0: "n1", 1: "n2"}))
+
+
+def test_arrival_order_is_read_within_one_file_only() -> None:
+    hosts = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    orders = _merged_order(60, [0, 1, 2, 3], slow=3, p_last=0.9, seed=2)
+    # the same collectives, one rank per file (per-rank logs): no file holds an order
+    parts = [_enter_events([[r] for _ in orders], hosts=hosts, file=f"logs/rank{r}.log") for r in range(4)]
+    assert not _arrival(pl.concat(parts))

@@ -17,6 +17,22 @@ Findings (cause ``gpu_throttle``, the taxonomy's "one GPU ran slow"):
 * ``straggler-step-times``: one rank's own step times are an outlier (0.45).
 * ``gpu-clock-outlier``: a GPU whose SM clock under load is far below its peers', with no
   clock-event reason recorded (0.5; with a reason the per-event rule ``gpu-hw-slowdown`` fires).
+* ``straggler-arrival-order``: with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` every rank logs
+  ``[Rank N] Running collective: CollectiveFingerPrint(SequenceNumber=S, OpType=OP, ...)`` as it
+  enters a collective, before ProcessGroupWrapper's monitored barrier waits for the others
+  (``collective_enter`` events). In one merged output (a job's stdout) the lines of one
+  collective appear in the order the ranks arrived, so the rank whose line comes last at far
+  more collectives than chance is the one the others wait for (0.5). Training is synchronous,
+  so step times, the same on every rank, cannot name it. Only the order within one file
+  counts (one writer, lines in the order it got them); a launcher that forwards lines from
+  several nodes can reorder ranks that arrive within a millisecond, so it takes at least
+  ``ARRIVAL_MIN_COLLECTIVES`` complete collectives (every rank of the file, once each, its
+  process-group rank its global one: the default group), a share of last arrivals of at least
+  ``ARRIVAL_MIN_SHARE`` (more with fewer than four ranks), a binomial tail below
+  ``ARRIVAL_MAX_P`` (Bonferroni over the ranks), and the rank's node-mates must not be late
+  too (then the node's output path, not the rank, would explain it); a rank alone on its node
+  (or on no known node) needs ``ARRIVAL_ALONE_SHARE`` and ``ARRIVAL_ALONE_P``. The finding's
+  time is where the run of last arrivals starts (a CUSUM change point).
 
 The straggler is named first in ``ranks``; its node and GPU follow from the trace.
 """
@@ -24,6 +40,7 @@ The straggler is named first in ``ranks``; its node and GPU follow from the trac
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -43,6 +60,14 @@ STEP_FACTOR = 1.4  # a rank's median step time over the median of the others' me
 CLOCK_FACTOR = 0.75  # a GPU's median SM clock under load below this share of the peers' median
 BUSY_UTIL = 50  # samples at or above this utilisation are "under load"
 MIN_STEPS = 3
+ARRIVAL_WEIGHT = 0.5
+ARRIVAL_MIN_RANKS = 3  # two ranks' order is too easily the launcher's forwarding order
+ARRIVAL_MIN_COLLECTIVES = 30
+ARRIVAL_MIN_SHARE = 0.5  # of the complete collectives, the rank arrived last at this share at least
+ARRIVAL_MAX_P = 1e-6  # binomial tail under "last is any rank, 1/k", times k
+ARRIVAL_ALONE_SHARE = 0.75
+ARRIVAL_ALONE_P = 1e-9
+ARRIVAL_MATE_FACTOR = 3  # a node-mate last at more than 1/3 of the straggler's count: the node, not the rank
 SLOW_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "thermal_violation", "power_violation")
 
 
@@ -57,6 +82,9 @@ def stragglers(events: pl.DataFrame, world: int | None) -> list[Finding]:
     if f is not None:
         out.append(f)
     out.extend(_clock_outliers(events, ident, throttled))
+    f = _arrival_order(events)
+    if f is not None:
+        out.append(f)
     return out
 
 
@@ -272,3 +300,118 @@ def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tup
             actions=("Read that GPU's clock-event reasons and temperature (nvidia-smi -q -d PERFORMANCE,TEMPERATURE) and compare its application clocks with its peers'.",),
         ))
     return out
+
+
+# -- arrival order at the collectives (TORCH_DISTRIBUTED_DEBUG=DETAIL) ----------------------------------------
+
+def _binom_tail(n: int, c: int, p: float) -> float:
+    """P(X >= c) for X ~ Binomial(n, p), summed in log space (n up to tens of thousands)."""
+    if c <= 0:
+        return 1.0
+    if c > n:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq for i in range(c, n + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
+
+
+def _arrival_order(ev: pl.DataFrame) -> Finding | None:
+    d = ev.filter((pl.col("kind") == Kind.COLLECTIVE_ENTER.value) & pl.col("rank").is_not_null() & pl.col("file").is_not_null())
+    if d.height < ARRIVAL_MIN_RANKS * ARRIVAL_MIN_COLLECTIVES:
+        return None
+    d = d.with_columns(
+        pl.col("attrs").str.json_path_match("$.seq").cast(pl.Int64, strict=False).alias("_seq"),
+        pl.col("attrs").str.json_path_match("$.op").alias("_op"),
+        pl.col("attrs").str.json_path_match("$.shape").fill_null("").alias("_shape"),
+        pl.col("attrs").str.json_path_match("$.pg_rank").cast(pl.Int64, strict=False).alias("_pg"),
+    ).filter(pl.col("_seq").is_not_null() & pl.col("line").is_not_null())
+    best: tuple[float, Finding] | None = None
+    for (file,), part in d.sort("line").group_by(["file"], maintain_order=True):
+        f = _arrival_in_file(str(file), part)
+        if f is not None and (best is None or f[0] < best[0]):
+            best = f
+    return best[1] if best else None
+
+
+def _arrival_in_file(file: str, part: pl.DataFrame) -> tuple[float, Finding] | None:
+    rows = list(part.iter_rows(named=True))
+    ranks = {int(r["rank"]) for r in rows}
+    k = len(ranks)
+    if k < ARRIVAL_MIN_RANKS:
+        return None
+    inst: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        inst[(r["_seq"], r["_op"], r["_shape"])].append(r)
+    complete = []
+    for lines in inst.values():
+        rs = [int(r["rank"]) for r in lines]
+        # one line per rank of the file, each from the default group (group rank == global rank):
+        # a subgroup's collective, or two groups' collectives with the same fingerprint, is left out
+        if len(rs) == k and set(rs) == ranks and all(r["_pg"] is None or int(r["_pg"]) == int(r["rank"]) for r in lines):
+            complete.append(lines)
+    n = len(complete)
+    if n < ARRIVAL_MIN_COLLECTIVES:
+        return None
+    complete.sort(key=lambda lines: lines[0]["line"])
+    last = [max(lines, key=lambda r: r["line"]) for lines in complete]
+    counts: dict[int, int] = defaultdict(int)
+    for r in last:
+        counts[int(r["rank"])] += 1
+    top = max(counts, key=lambda r: (counts[r], -r))
+    c = counts[top]
+    share = c / n
+    p = min(1.0, k * _binom_tail(n, c, 1.0 / k))
+    host_of: dict[int, str] = {}
+    for r in rows:
+        if r["host"] and int(r["rank"]) not in host_of:
+            host_of[int(r["rank"])] = r["host"]
+    host = host_of.get(top)
+    mates = [m for m in ranks if m != top and host is not None and host_of.get(m) == host]
+    need_share = max(ARRIVAL_MIN_SHARE, min(0.75, 2.0 / k))
+    need_p = ARRIVAL_MAX_P
+    if not mates:
+        need_share, need_p = max(need_share, ARRIVAL_ALONE_SHARE), ARRIVAL_ALONE_P
+    if share < need_share or p > need_p:
+        return None
+    if any(counts.get(m, 0) * ARRIVAL_MATE_FACTOR > c for m in mates):
+        return None  # its node-mates are late as often: the node's output path, not this rank
+    # Where the run of last arrivals starts: the CUSUM minimum of (last? - midpoint).
+    mid = (1.0 / k + share) / 2
+    acc, low, onset = 0.0, 0.0, 0
+    for i, r in enumerate(last):
+        acc += (1.0 if int(r["rank"]) == top else 0.0) - mid
+        if acc < low:
+            low, onset = acc, i + 1
+    onset = min(onset, n - 1)
+    after = last[onset:]
+    after_share = sum(1 for r in after if int(r["rank"]) == top) / len(after)
+    first_rows = [r for r in after if int(r["rank"]) == top][:3]
+    on = first_rows[0]
+    title = (
+        f"Rank {top} arrived last at {c} of {n} collectives ({share:.0%}; {1 / k:.0%} by chance among {k} ranks), "
+        f"{after_share:.0%} of them from collective #{on['_seq']} ({on['_op']}) on, in the order of {file}'s "
+        f"'Running collective' lines: the others waited for it"
+    )
+    if mates:
+        title += f" (its node-mate{'s' if len(mates) > 1 else ''} on {host} arrived in time)"
+    evidence = tuple(_evidence(r) for r in first_rows)
+    finding = Finding(
+        rule_id="straggler-arrival-order", title=title, cause="gpu_throttle", role="cause", status="stable",
+        weight=ARRIVAL_WEIGHT, first_time=_ns(on["time"]), count=c, hosts=(host,) if host else (), ranks=(top,), gpus=(),
+        evidence=evidence,
+        explanation=(
+            "With TORCH_DISTRIBUTED_DEBUG=DETAIL each rank logs 'Running collective' as it enters a collective and "
+            "then waits in a monitored barrier for the rest, so in one merged output the rank whose line comes last "
+            "is the one the others waited for. This order is only meaningful within one file written by one "
+            "writer (the job's stdout, lines in the order the launcher received them); lines of ranks that arrive "
+            "within a millisecond may be reordered in forwarding, which is why only a rank that is last far more "
+            "often than chance is named. A rank that is consistently last computes slower than its peers: a "
+            "throttled GPU, or a CPU-starved or overloaded host (data loader, other processes on its cores)."
+        ),
+        actions=(
+            "Check that rank's GPU clocks and clock-event reasons (nvidia-smi -q -d PERFORMANCE) and its host's CPU load, cgroup CPU quota and data-loader workers.",
+            "Compare the rank's step compute time with its peers' in a short Nsight Systems or Flight Recorder trace.",
+        ),
+    )
+    return p, finding

@@ -45,6 +45,14 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
   node's agent of one srun step starts at the same moment, so the timeline uses it as a clock anchor
 * root_cause_report: root, time_text, host, rank, local_rank, exitcode, signal, pid, error_file,
   traceback (first line), error (last exception line of a multi-line traceback), name
+* collective_enter: seq, op, shape, dtypes, pg_rank: ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s
+  ``[rank3]:[I1201 11:41:19.659608352 ProcessGroupWrapper.cpp:710] [Rank 3] Running collective:
+  CollectiveFingerPrint(SequenceNumber=6, OpType=ALLREDUCE, TensorShape=[919296], TensorDtypes=Float, ...)``,
+  one line per rank per collective, logged as the rank enters it (before the wrapper's monitored
+  barrier). Bounded: the last ``MAX_ENTERS`` of a file (a warning says how many were seen). The
+  order of these lines in one merged stdout is the ranks' order of arrival
+  (``analyses/stragglers.py``); the event rank is the ``[rankN]:`` prefix, else the ``[Rank N]``
+  of the message (the process-group rank, the global one in the default group)
 
 Application lines (Megatron-LM iteration and checkpoint lines, every trainer's progress) are the
 ``applog`` source's, not this one's.
@@ -53,6 +61,7 @@ Application lines (Megatron-LM iteration and checkpoint lines, every trainer's p
 from __future__ import annotations
 
 import signal as _signal
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -101,6 +110,7 @@ _PREFILTER_PARTS = (
     r"Application timeout caused pair closure",
     r"(?:Read|Write) error \[?[0-9A-Fa-f.:]+\]?:\d+: ",
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
+    r"Running collective: CollectiveFingerPrint\(",
 )
 
 # --- peer failures as the survivors see them ------------------------------------------------
@@ -177,6 +187,20 @@ _MISMATCH = regex.compile(r"Detected mismatch between collectives on ranks")
 # The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
 # read its leading fields instead of matching its body.
 _MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL, ProcessGroupWrapper::runCollectiveChecks (torch/csrc/distributed/c10d/
+# ProcessGroupWrapper.cpp): LOG(INFO) << "[Rank " << getRank() << "] " << "Running collective: " << finger_print,
+# before the monitored barrier that waits for every rank of the group. The fingerprint prints
+# "CollectiveFingerPrint(SequenceNumber=S, OpType=OP, TensorShape=[..], TensorDtypes=.., TensorDeviceTypes=..)",
+# or, without input tensors (barrier, alltoall, coalesced ops), "CollectiveFingerPrint(SequenceNumber=SOpType=OP)"
+# (no separator: that is how c10::str joins them). getRank() is the rank in the process group.
+_ENTER = regex.compile(
+    r"""\[Rank\ (?P<pg_rank>\d+)\]\ Running\ collective:\ CollectiveFingerPrint\(
+        SequenceNumber=(?P<seq>\d+),?\ ?OpType=(?P<op>\w+)
+        (?:,\ TensorShape=\[(?P<shape>[^\]]*)\])?
+        (?:,\ TensorDtypes=(?P<dtypes>[^,)]*))?""",
+    regex.VERBOSE,
+)
+MAX_ENTERS = 40_000  # collective_enter events kept per file: the last ones (one line per rank and collective)
 _FP_SEQ = regex.compile(r"SequenceNumber=(?P<seq>\d+)")
 _FP_OP = regex.compile(r"OpType=(?P<op>\w+)")
 _FP_SHAPE = regex.compile(r"TensorShape=(?P<shape>\[[^\]]*\])")
@@ -356,6 +380,8 @@ class _Parser:
         self.by_line: dict[int, list[_Ev]] = {}
         self.prev_n = -10
         self.versions: set[tuple] = set()
+        self.enters: deque[_Ev] = deque(maxlen=MAX_ENTERS)  # bounded: the last ones count (who is slow now)
+        self.enters_seen = 0
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
@@ -402,6 +428,9 @@ class _Parser:
         self._message_line(n, text, prefix)
 
     def finish(self) -> None:
+        self.events.extend(self.enters)
+        if self.enters_seen > MAX_ENTERS:
+            self.ctx.warn(f"pytorch: kept the last {MAX_ENTERS} of {self.enters_seen} 'Running collective' lines")
         self._flush_desync()
         for key in list(self.tb):
             self._close_tb(key, truncated=True)
@@ -449,6 +478,9 @@ class _Parser:
             rank = int(om.group("rank"))
         base = dict(line=n, time=time, tq=tq, rank=rank, local_rank=local_rank)
         short = msg.strip()
+        if sev is not None and "Running collective: " in msg and (cm := _ENTER.search(msg)):
+            self._enter(cm, msg, sev, base)
+            return
 
         # bare exception lines (no traceback header seen for this prefix); the c10 line is the
         # canonical watchdog record, so its re-raised text is not parsed again as a timeout
@@ -628,6 +660,18 @@ class _Parser:
             dev = int(dm.group("dev"))
             attrs.update(device=dev, total_bytes=_size_bytes(dm.group("total")), free_bytes=_size_bytes(dm.group("free")))
         self.add(_Ev(Kind.CUDA_OOM, message=msg.strip(), severity=Severity.ERROR, attrs=attrs, gpu_index=dev, **base))
+
+    def _enter(self, m, msg: str, sev: Severity, base: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+        """One rank entering one collective (DETAIL). Not ``add``: kept in a bounded deque."""
+        attrs: dict[str, Any] = {"seq": int(m.group("seq")), "op": m.group("op"), "pg_rank": int(m.group("pg_rank"))}
+        if m.group("shape") is not None:
+            attrs["shape"] = m.group("shape")
+        if m.group("dtypes"):
+            attrs["dtypes"] = m.group("dtypes")
+        self.enters_seen += 1
+        # the fingerprint's device options are long and say nothing here: cut after the dtypes
+        message = msg[: m.end()].strip() + (", ...)" if m.group("shape") is not None else ")")
+        self.enters.append(_Ev(Kind.COLLECTIVE_ENTER, message=message, severity=sev, attrs=attrs, **base))
 
     def _peer_failure(self, text: str, base: dict[str, Any]) -> bool:
         """Emit the symptom a survivor's gloo/c10d error describes; True when it was one."""
