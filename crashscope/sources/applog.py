@@ -15,7 +15,8 @@ each regex below)::
     3: [default3]:2026-09-17 04:10:02,123 - train - INFO - step 120 loss 2.31
 
 Identity, first match wins: ``[rankN]:`` (global rank), mpirun ``--tag-output``
-``[jobid,N]<stdout>:``, DeepSpeed ``[Rank N]`` / a leading ``rank=N``, ``RANK N``,
+``[jobid,N]<stdout>:``, DeepSpeed ``[Rank N]`` / ``[rank N/W]`` (also right after the level:
+``... - INFO - [rank 1/4] name - msg``) / a leading ``rank=N``, ``RANK N``,
 ``global_rank N`` field, Lightning's ``Initializing distributed: GLOBAL_RANK: N`` (learned for the
 rest of an unprefixed file when it is the only rank such a line names), ``srun -l`` task id
 when no torchrun ``[defaultN]:`` prefix says srun started one launcher per node (then the task
@@ -192,10 +193,12 @@ _SEV = {"DEBUG": Severity.DEBUG, "TRACE": Severity.DEBUG, "INFO": Severity.INFO,
 
 # -- identity in the message -------------------------------------------------------------------
 # DeepSpeed get_dist_msg(): "[Rank {}] {}" (deepspeed/utils/logging.py); custom formats: "rank=3",
-# "[RANK 3]", "global_rank: 3" leading the message.
+# "[RANK 3]", "global_rank: 3", f"[rank {rank}/{world_size}]" leading the message, or leading what
+# a logging format puts after the level ("%(asctime)s - %(levelname)s - [rank 1/4] %(name)s - ...").
 _RANK_WORD = r"(?:[Gg]lobal[_ ]?[Rr]ank|GLOBAL_RANK|[Rr]ank|RANK)"
 _MSG_RANK = regex.compile(
-    rf"^(?:\[{_RANK_WORD}\s*[=:]?\s*(?P<r1>\d{{1,7}})\]|{_RANK_WORD}\s*[=:]\s*(?P<r2>\d{{1,7}})\b|{_RANK_WORD}\s+(?P<r3>\d{{1,7}})\s*[:|])"
+    rf"^(?:[-|]\s+(?=\[))?(?:\[{_RANK_WORD}\s*[=:]?\s*(?P<r1>\d{{1,7}})(?:\s*/\s*\d{{1,7}})?\]"
+    rf"|{_RANK_WORD}\s*[=:]\s*(?P<r2>\d{{1,7}})\b|{_RANK_WORD}\s+(?P<r3>\d{{1,7}})\s*[:|])"
     r"[\s:,|-]*"
 )
 # Lightning: log.info(f"Initializing distributed: GLOBAL_RANK: {global_rank}, MEMBER: {global_rank + 1}/{world_size}")
@@ -561,7 +564,7 @@ class _Parser:
         msg = hdr.msg
         line_rank = None
         host = None
-        if not hdr.glog and msg.startswith(("[", "r", "R", "g", "G", "h")):
+        if not hdr.glog and msg.startswith(("[", "r", "R", "g", "G", "h", "- [", "| [")):
             if (m := _MSG_RANK.match(msg)) and m.end() < len(msg):
                 line_rank, msg = int(m.group("r1") or m.group("r2") or m.group("r3")), msg[m.end():]
             elif (m := _MSG_HOST.match(msg)) and m.end() < len(msg):
@@ -965,6 +968,29 @@ class _Parser:
                                      attrs, st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
         for r in self.out:
             r.attrs.pop("_implied_ok", None)
+
+
+class HeaderReader:
+    """What the header of one logging record says, for a source whose lines continue such a
+    record: a multi-line message (``logger.error("failed: %s", exc)`` with an exception text of
+    several lines) prints its header, time and rank field once, on its first line only."""
+
+    def __init__(self, ctx: ParseContext):
+        self._parser = _Parser(ctx)
+
+    def read(self, text: str) -> tuple[bool, int | None, int | None, Any]:
+        """``(starts_record, rank, time, time_quality)`` of one line, launcher prefixes stripped:
+        whether it starts a record (a time stamp or a level header of its own), the rank its
+        message names first (``[rank 1/4]``, ``rank=1``, ...) and its time."""
+        seg = text.rsplit("\r", 1)[-1]
+        seg = _ANSI.sub("", seg) if "\x1b" in seg else seg
+        hdr = self._parser._header(seg)
+        if hdr.time is None and hdr.level is None:
+            return False, None, None, None
+        rank = None
+        if not hdr.glog and (m := _MSG_RANK.match(hdr.msg)) and m.end() < len(hdr.msg):
+            rank = int(m.group("r1") or m.group("r2") or m.group("r3"))
+        return True, rank, hdr.time, hdr.tq
 
 
 def _iso(t: int | None) -> str | None:

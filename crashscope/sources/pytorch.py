@@ -56,6 +56,14 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
 
 Application lines (Megatron-LM iteration and checkpoint lines, every trainer's progress) are the
 ``applog`` source's, not this one's.
+
+A line with no launcher prefix and no header of its own, right after a line this source read
+that had a logging header with a rank field (``2026-12-01 12:11:47,696 - ERROR - [rank 1/4] ...``,
+read as ``applog.HeaderReader`` reads it) or continued one, is that record's next line and gets
+its rank and time: ``logger.error("rank %d failed: %s", rank, exc)`` prints gloo's
+``... Please check rank 0 logs for faulty rank.`` / `` Original exception: `` / ``[...unbound_buffer.cc:78]
+Timed out waiting 30000ms for recv operation to complete`` on three lines, the header on the first only.
+A line no source selects in between breaks the chain (its content is not known).
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity
+from crashscope.sources.applog import HeaderReader
 from crashscope.sources.base import LineSource, feed_guarded, ParseContext, iso_to_ns, split_prefix
 
 # --- prefilter -----------------------------------------------------------------------------
@@ -111,6 +120,9 @@ _PREFILTER_PARTS = (
     r"(?:Read|Write) error \[?[0-9A-Fa-f.:]+\]?:\d+: ",
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
     r"Running collective: CollectiveFingerPrint\(",
+    # ProcessGroupGloo::monitoredBarrier on ranks != 0: c10::str(error, "\n Original exception: \n", e.what()):
+    # the line between a logging record's first line and the gloo error it continues
+    r"^ Original exception: ",
 )
 
 # --- peer failures as the survivors see them ------------------------------------------------
@@ -310,6 +322,7 @@ class _Tb:
     chained: list[str] = field(default_factory=list)
     exc: _Ev | None = None  # set when the exception line was seen; emitted unless a chain follows
     awaiting_chain: bool = False
+    ident: dict[str, Any] | None = None  # the logging record it is part of (rank, time), when one
 
 
 @dataclass
@@ -382,6 +395,9 @@ class _Parser:
         self.versions: set[tuple] = set()
         self.enters: deque[_Ev] = deque(maxlen=MAX_ENTERS)  # bounded: the last ones count (who is slow now)
         self.enters_seen = 0
+        self.headers = HeaderReader(ctx)
+        self.cont: tuple[int, dict[str, Any]] | None = None  # (line, identity) of the record the next line may continue
+        self.ident: dict[str, Any] | None = None  # the current line's record identity (its own header's or inherited)
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
@@ -398,6 +414,27 @@ class _Parser:
 
     # -- main dispatch -----------------------------------------------------------------------
     def line(self, n: int, raw: str) -> None:
+        """One line, with the identity of the logging record it starts or continues: a line
+        with no launcher prefix and no header of its own right after a line that had one (or
+        continued one) is the same record's next line (``logger.error("...: %s", exc)`` where
+        the exception text spans lines, such as gloo's "... Original exception: \\n[...] Timed
+        out waiting 30000ms for recv operation to complete")."""
+        prefix, text = split_prefix(raw)
+        ident: dict[str, Any] | None = None
+        if prefix.task is None and prefix.local_rank is None and prefix.rank is None:
+            starts, rank, t, tq = self.headers.read(text.rstrip("\r\n"))
+            if starts:
+                ident = {"rank": rank, "time": t, "tq": tq} if rank is not None else None
+            elif self.cont is not None and self.cont[0] == n - 1:
+                ident = self.cont[1]
+        self.ident = ident
+        try:
+            self._line(n, raw)
+        finally:
+            self.cont = (n, ident) if ident is not None else None
+            self.ident = None
+
+    def _line(self, n: int, raw: str) -> None:
         prefix, text = split_prefix(raw)
         text = text.rstrip("\r\n")
         key = (prefix.task, prefix.local_rank, prefix.rank)
@@ -476,6 +513,10 @@ class _Parser:
 
         if rank is None and (om := _OLD_RANK_PREFIX.match(msg)):
             rank = int(om.group("rank"))
+        if self.ident is not None:
+            rank = rank if rank is not None else self.ident["rank"]
+            if time is None:
+                time, tq = self.ident["time"], self.ident["tq"]
         base = dict(line=n, time=time, tq=tq, rank=rank, local_rank=local_rank)
         short = msg.strip()
         if sev is not None and "Running collective: " in msg and (cm := _ENTER.search(msg)):
@@ -787,14 +828,14 @@ class _Parser:
                 return True
             if tb is not None:
                 self._close_tb(key, truncated=tb.exc is None)
-            self.tb[key] = _Tb(start=n, last=n)
+            self.tb[key] = _Tb(start=n, last=n, ident=self.ident)
             return True
         if tb is None:
             if not _TB_FRAME.match(text):
                 return False
             # Frames with no header before them: a traceback whose first line was cut
             # (a tail'ed log, a pasted excerpt). Opened here; its exception closes it.
-            tb = self.tb[key] = _Tb(start=n, last=n)
+            tb = self.tb[key] = _Tb(start=n, last=n, ident=self.ident)
         if tb.exc is not None:
             if _TB_CHAIN.match(text):
                 tb.chained.append(tb.exc.attrs["type"])
@@ -824,7 +865,10 @@ class _Parser:
             if tb.chained:
                 attrs["chained"] = list(tb.chained)
             base = dict(line=n, time=None, tq=None, rank=rank, local_rank=lr)
-            if (pm := _PG_PREFIX.search(etext)) and rank is None:
+            if rank is None and tb.ident is not None:
+                # the traceback a logging record printed (logger.exception): the record's rank and time
+                base.update(rank=tb.ident["rank"], time=tb.ident["time"], tq=tb.ident["tq"])
+            if (pm := _PG_PREFIX.search(etext)) and base["rank"] is None:
                 pg_id = pm.group("id") or pm.group("id2")
                 if pg_id == "0" or "(default_pg)" in pm.group(0):
                     base["rank"] = int(pm.group("rank"))

@@ -343,3 +343,12 @@ def test_sniff_claims_training_logs_not_nccl_or_pytorch_files():
     c10 = ("[rank3]:[E0917 04:21:41.160918398 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout\n" + train[:300])
     assert sniff_scores(c10, "x.log")[0][1].name == "pytorch"
     assert get_source("applog").sniff("hello\nworld\n", "x.txt") == 0
+
+
+def test_rank_of_world_field_after_the_level_is_the_lines_rank():
+    # logging.Formatter(f"%(asctime)s - %(levelname)s - [rank {RANK}/{WORLD}] [{NODE}] %(name)s - %(message)s")
+    text = ("2026-12-01 12:11:17,426 - INFO - [rank 1/4] [n1] train - step 12 loss 0.6268 time 310.2 ms\n"
+            "2026-12-01 12:11:17,430 - INFO - [Rank 3/4] train - step 12 loss 0.6268 time 311.0 ms\n")
+    rows = [r for r in _rows(text)[0] if r["kind"] == "train_step"]
+    assert [r["rank"] for r in rows] == [1, 3]
+    assert rows[0]["message"].startswith("[n1] train - step 12")

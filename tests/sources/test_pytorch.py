@@ -316,3 +316,61 @@ def test_sniff():
     assert src.sniff(TIMEOUT + "\n", "slurm-1.out") >= 0.9
     assert src.sniff("node001:1:1 [0] NCCL INFO Bootstrap\n", "x.log") == 0.0
     assert src.sniff("", "x.log") == 0.0
+
+
+# -- a logging record's continuation lines carry the record's identity ------------------------------------
+
+GLOO_RECORD = (
+    "2026-12-01 12:11:47,696 - ERROR - [rank 1/4] [n1] train - rank 1 failed: RuntimeError: Rank 1 successfully "
+    "reached monitoredBarrier, but received errors while waiting for send/recv from rank 0. Please check rank 0 logs "
+    "for faulty rank.\n"
+    " Original exception: \n"
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for "
+    "recv operation to complete\n"
+)
+
+
+def test_gloo_timeout_continuing_a_logging_record_gets_its_rank_and_time():
+    rows, _ = _rows(GLOO_RECORD)
+    (r,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert r["line"] == 3 and r["rank"] == 1
+    assert r["time"] == _ns("2026-12-01T12:11:47.696")
+    assert r["attrs"]["transport"] == "gloo" and r["attrs"]["timeout_ms"] == 30000
+
+
+def test_a_record_header_line_gives_its_own_events_its_rank_and_time():
+    text = ("2026-12-01 12:11:47,680 - ERROR - [rank 0/4] [n1] train - rank 0 failed: RuntimeError: [Rank 0]: "
+            "Ranks 2 failed to pass monitoredBarrier in 30000 ms\n")
+    (r,) = [r for r in _rows(text)[0] if r["kind"] == "desync_report"]
+    assert r["rank"] == 0 and r["time"] == _ns("2026-12-01T12:11:47.680") and r["attrs"]["lagging_ranks"] == [2]
+
+
+def test_only_the_very_next_bare_lines_continue_a_record():
+    gloo = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+            "30000ms for recv operation to complete\n")
+    header = GLOO_RECORD.splitlines(keepends=True)[0]
+    # a line no source selects between them: the chain is not known to be unbroken
+    rows, _ = _rows(header + "some other process's output\n" + gloo)
+    (r,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert r["rank"] is None and r["time"] is None
+    # another record (a c10 line without identity) in between starts its own record
+    c10 = "[E1201 12:11:47.772359823 ProcessGroupGloo.cpp:67] Rank 3 successfully reached monitoredBarrier\n"
+    rows, _ = _rows(header + c10 + gloo)
+    (r,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert r["rank"] is None
+    # a launcher-prefixed line is another writer's: the bare line after it is not its continuation
+    rows, _ = _rows("[rank2]: RuntimeError: boom\n" + gloo)
+    (r,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert r["rank"] is None
+
+
+def test_traceback_printed_by_logger_exception_gets_the_records_rank():
+    # (the record's first line must be one this source reads: here it names the exception; a
+    # bare "step failed" header reaches the applog source only, and the traceback stays rank-less)
+    text = ("2026-12-01 12:11:47,696 - ERROR - [rank 3/4] [n2] train - step failed: RuntimeError: Connection closed by peer\n"
+            "Traceback (most recent call last):\n"
+            '  File "/work/train.py", line 260, in <module>\n'
+            "RuntimeError: Connection closed by peer [127.0.0.1]:20126\n")
+    rows, _ = _rows(text)
+    (r,) = [r for r in rows if r["kind"] == "exception"]
+    assert r["rank"] == 3 and r["time"] == _ns("2026-12-01T12:11:47.696") and r["attrs"]["type"] == "RuntimeError"
