@@ -150,7 +150,9 @@ def main() -> None:
     for n in args.counts:
         job = make_job(args.out, n, args.reuse)
         os.sync()
-        proc = subprocess.run([sys.executable, __file__, "--measure", str(job)], capture_output=True, text=True, check=True)
+        proc = subprocess.run([sys.executable, __file__, "--measure", str(job)], capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"measuring {job} failed:\n{proc.stderr[-4000:]}")
         row = json.loads(proc.stdout.strip().splitlines()[-1])
         row["count"] = n
         rows.append(row)

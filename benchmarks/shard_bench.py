@@ -31,6 +31,8 @@ from pathlib import Path
 
 import polars as pl
 
+from crashscope.shards import SUFFIX
+
 JOB_ID = "1621911"
 
 
@@ -80,19 +82,22 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, help="ranks of the job (default: its logs/rank*.log files)")
     ap.add_argument("--jobs", type=int, default=1, help="shards built at a time")
     ap.add_argument("--no-direct", action="store_true", help="skip analyze(<job dir>)")
+    ap.add_argument("--resume", action="store_true", help="keep the shards already in <work> (an interrupted run)")
     args = ap.parse_args()
     from crashscope.analyze import analyze
 
     job, work = args.job, args.work
-    shutil.rmtree(work, ignore_errors=True)
     per, spool = work / "pernode", work / "spool" / JOB_ID
+    resume = args.resume and per.exists()
+    if not resume:
+        shutil.rmtree(work, ignore_errors=True)
     ranks = args.ranks or sum(1 for f in os.listdir(job / "logs") if f.startswith("rank"))
     n_nodes = len(os.listdir(job / "nodes"))
     if ranks % n_nodes:
         raise SystemExit(f"{ranks} ranks do not spread evenly over {n_nodes} nodes")
-    nodes = link_per_node(job, per, ranks // n_nodes)
+    nodes = sorted(os.listdir(job / "nodes")) if resume else link_per_node(job, per, ranks // n_nodes)
     names = nodes + ["_job"]
-    tasks = [(str(per / n), str(spool), n) for n in names]
+    tasks = [(str(per / n), str(spool), n) for n in names if not (resume and (spool / f"{n}{SUFFIX}").exists())]
     t0 = time.perf_counter()
     if args.jobs > 1:
         import multiprocessing
@@ -110,7 +115,8 @@ def main() -> None:
     out = {
         "ranks": ranks, "nodes": len(nodes), "load_avg_1m": os.getloadavg()[0],
         "shard_s": {"p50": round(statistics.median(times[:-1]), 3), "max": round(max(times[:-1]), 2), "sum": round(sum(times), 1),
-                    "job_shard": round(times[-1], 2), "wall_all": round(build_wall, 1), "jobs": args.jobs},
+                    "job_shard": round(times[-1], 2), "wall_all": round(build_wall, 1), "jobs": args.jobs, "built_here": len(times)}
+        if len(times) > 1 else {"built_here": len(times)},
         "spool_bytes": sum(f.stat().st_size for f in spool.rglob("*") if f.is_file()),
         "merge_s": round(t_merge, 2), "merge_cpu_s": round(c_merge, 2), "merge_peak_rss_mb": round(rss1 / 1024, 1),
         "merge_rss_growth_mb": round((rss1 - rss0) / 1024, 1), "merge_stages": merged.analysis["stage_seconds"],

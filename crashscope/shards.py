@@ -45,9 +45,9 @@ def to_storage(events: pl.DataFrame) -> pl.DataFrame:
     return events.select([pl.col(c).cast(pl.String) if c in _ENUMS else pl.col(c) for c in EVENT_SCHEMA])
 
 
-def from_storage(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def from_storage(frame: pl.DataFrame, *, keep_invalid: bool = False) -> tuple[pl.DataFrame, int]:
     """A stored frame back in the event schema; rows with values outside this version's
-    vocabularies are dropped (returned as the count)."""
+    vocabularies are dropped (returned as the count), or kept with ``keep_invalid``."""
     cols = []
     for c, t in EVENT_SCHEMA.items():
         if c not in frame.columns:
@@ -59,6 +59,8 @@ def from_storage(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         else:
             cols.append(pl.col(c).cast(t, strict=False).alias(c))
     out = frame.select(cols)
+    if keep_invalid:
+        return out, 0
     before = out.height
     out = out.filter(pl.col("source").is_not_null() & pl.col("kind").is_not_null() & pl.col("severity").is_not_null() & pl.col("time_quality").is_not_null())
     return out, before - out.height
@@ -154,26 +156,62 @@ def _read_bounded(path: Path, limit: int) -> bytes:
 
 def read_shard(d: Path) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
     """(events, meta, warnings) of one shard; a broken shard gives no events and a warning."""
+    frame, meta, warnings = _read_shard_stored(d)
+    if frame is None:
+        return pl.DataFrame(schema=EVENT_SCHEMA), meta, warnings
+    try:
+        events, dropped = from_storage(frame)
+    except Exception as e:  # noqa: BLE001 - a corrupt parquet costs its shard, not the analysis
+        return pl.DataFrame(schema=EVENT_SCHEMA), meta, [f"{d.name}: unreadable shard events: {type(e).__name__}: {str(e)[:200]}"]
+    return events, meta, _shard_warnings(d, meta, dropped, warnings)
+
+
+def _shard_warnings(d: Path, meta: dict[str, Any], dropped: int, warnings: list[str]) -> list[str]:
+    out = [f"{d.name}: {dropped} event(s) with values this crashscope does not know were dropped"] if dropped else []
+    for w in warnings:
+        out.append(w)
+    for w in meta.get("warnings") or []:
+        if isinstance(w, str):
+            out.append(f"{d.name}: {w[:2000]}")
+    return out
+
+
+def _read_shard_stored(d: Path) -> tuple[pl.DataFrame | None, dict[str, Any], list[str]]:
+    """(stored events frame or None, meta, warnings) of one shard, not yet in the event schema."""
     import io
 
-    warnings: list[str] = []
     try:
         meta = json.loads(_read_bounded(d / META, MAX_META_BYTES))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            return pl.DataFrame(schema=EVENT_SCHEMA), {}, [f"{d.name}: not a {FORMAT} shard (format {str(meta.get('format') if isinstance(meta, dict) else None)[:40]!r})"]
+            return None, {}, [f"{d.name}: not a {FORMAT} shard (format {str(meta.get('format') if isinstance(meta, dict) else None)[:40]!r})"]
     except (OSError, ValueError) as e:
-        return pl.DataFrame(schema=EVENT_SCHEMA), {}, [f"{d.name}: unreadable shard metadata: {e}"]
+        return None, {}, [f"{d.name}: unreadable shard metadata: {e}"]
     try:
         frame = pl.read_parquet(io.BytesIO(_read_bounded(d / EVENTS, MAX_EVENTS_BYTES)))
-        events, dropped = from_storage(frame)
-        if dropped:
-            warnings.append(f"{d.name}: {dropped} event(s) with values this crashscope does not know were dropped")
     except Exception as e:  # noqa: BLE001 - a corrupt parquet costs its shard, not the analysis
-        return pl.DataFrame(schema=EVENT_SCHEMA), meta, [f"{d.name}: unreadable shard events: {type(e).__name__}: {str(e)[:200]}"]
-    for w in meta.get("warnings") or []:
-        if isinstance(w, str):
-            warnings.append(f"{d.name}: {w[:2000]}")
-    return events, meta, warnings
+        return None, meta, [f"{d.name}: unreadable shard events: {type(e).__name__}: {str(e)[:200]}"]
+    return frame, meta, []
+
+
+def _from_storage_many(frames: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[int]] | None:
+    """:func:`from_storage` of many shards' frames in one pass (three polars calls per
+    shard were most of a 2,048-node merge's reading time): events in shard order and the
+    rows dropped per shard; None when their columns do not stack (each alone then)."""
+    try:
+        tagged = [f.with_columns(pl.lit(i, pl.UInt32).alias("_shard")) for i, f in enumerate(frames)]
+        stacked = pl.concat(tagged, how="diagonal_relaxed")
+        shard = stacked["_shard"]
+        events, _ = from_storage(stacked.drop("_shard"), keep_invalid=True)
+        ok = (pl.col("source").is_not_null() & pl.col("kind").is_not_null() & pl.col("severity").is_not_null() & pl.col("time_quality").is_not_null())
+        flags = events.select(ok.alias("ok"))["ok"]
+    except Exception:  # noqa: BLE001 - a shard of another shape: the per-shard path says which
+        return None
+    dropped = [0] * len(frames)
+    if not flags.all():
+        for i, n in pl.DataFrame({"s": shard, "ok": flags}).filter(~pl.col("ok")).group_by("s").len().iter_rows():
+            dropped[i] = n
+        events = events.filter(flags)
+    return events, dropped
 
 
 def read_spool(root: Path | str) -> Spool | None:
@@ -184,12 +222,28 @@ def read_spool(root: Path | str) -> Spool | None:
     dirs = shard_dirs(root)
     if not dirs:
         return None
-    frames, files, warnings, nodes = [], [], [], []
+    files, warnings, nodes = [], [], []
+    stored: list[tuple[int, pl.DataFrame]] = []  # (index in metas, stored frame)
+    metas: list[tuple[Path, dict[str, Any], list[str]]] = []  # warnings: the shard could not be read
     for d in dirs:
-        events, meta, w = read_shard(d)
-        warnings.extend(w)
-        if events.height:
-            frames.append(events)
+        frame, meta, w = _read_shard_stored(d)
+        if frame is not None and frame.height:
+            stored.append((len(metas), frame))
+        metas.append((d, meta, w))
+    many = _from_storage_many([f for _, f in stored]) if stored else (pl.DataFrame(schema=EVENT_SCHEMA), [])
+    if many is not None:
+        frames = [many[0]] if many[0].height else []
+        dropped = {i: n for (i, _), n in zip(stored, many[1])}
+        for i, (d, meta, w) in enumerate(metas):
+            warnings.extend(w or _shard_warnings(d, meta, dropped.get(i, 0), []))
+    else:  # each shard on its own, as read_shard reads it
+        frames = []
+        for d, _meta, _w in metas:
+            events, _, w2 = read_shard(d)
+            warnings.extend(w2)
+            if events.height:
+                frames.append(events)
+    for d, meta, w in metas:
         node = meta.get("node")
         if isinstance(node, str):
             nodes.append(node)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import crashscope.ingest as ingest_mod
@@ -140,3 +141,39 @@ def test_parallel_ingest_is_the_serial_one(big_job: Path, monkeypatch: pytest.Mo
         ]
         assert parallel.warnings == serial.warnings
         assert parallel.events.to_dicts() == serial.events.to_dicts()
+
+
+def test_spool_read_in_one_pass_is_each_shard_read_alone(tmp_path: Path) -> None:
+    """read_spool converts every shard's stored frame in one pass; that gives what each
+    shard read alone (read_shard) gives: the events in shard order and the warnings,
+    including a shard with values of a newer crashscope, a corrupt one and a foreign one."""
+    import json
+
+    from crashscope.shards import EVENTS, META, read_shard, read_spool, shard_dirs, to_storage, write_shard
+
+    src = _ROOT / "fixtures" / "recorded" / "exception_rank1_srun"
+    res = ingest(src)
+    spool = tmp_path / "1"
+    for (host,), part in res.events.group_by(["host"], maintain_order=True):
+        write_shard(spool, host or "_job", part, node=host, job_id="1", files=[], warnings=[f"w {host}"], seconds=0.0)
+    newer = to_storage(res.events.head(5)).with_columns(pl.lit("a_kind_from_a_newer_crashscope").alias("kind"))
+    d = spool / "zz-newer.shard"
+    d.mkdir()
+    (d / META).write_text(json.dumps({"format": "crashscope-shard/1", "node": "zz", "warnings": ["from zz"]}))
+    pl.concat([to_storage(res.events.head(3)), newer]).write_parquet(d / EVENTS)
+    bad = spool / "n9.shard"
+    bad.mkdir()
+    (bad / META).write_text(json.dumps({"format": "crashscope-shard/1", "node": "n9", "warnings": ["never shown"]}))
+    (bad / EVENTS).write_bytes(b"PAR1 not really parquet")
+    other = spool / "x.shard"
+    other.mkdir()
+    (other / META).write_text('{"format": "something-else/9"}')
+
+    alone = [read_shard(d) for d in shard_dirs(spool)]
+    sp = read_spool(spool)
+    assert sp is not None
+    assert sp.warnings == [w for _, _, ws in alone for w in ws]
+    assert "zz-newer.shard: 5 event(s) with values this crashscope does not know were dropped" in sp.warnings
+    want = pl.concat([e for e, _, _ in alone if e.height])
+    assert sp.events.to_dicts() == want.to_dicts()
+    assert sp.events.height == res.events.height + 3
