@@ -27,6 +27,7 @@ import pytest
 from crashscope.pipeline import analyze
 from crashscope.report.model import Coverage, EventRef, Report, SymptomGroup
 from crashscope.report.render import (
+    COMPACT_LINES,
     RENDERERS,
     render_json,
     render_markdown,
@@ -127,7 +128,10 @@ def _check_views(report: Report) -> dict[str, str]:
 @pytest.mark.parametrize("job", JOBS, ids=[f"{j.parent.name}/{j.name}" for j in JOBS])
 def test_every_view_on_every_job(job: Path) -> None:
     report, _, _ = analyze(job)
-    _check_views(report)
+    views = _check_views(report)
+    # The compact view keeps the verdict on one 80-column screen; its first line is the verdict.
+    assert views["terminal"].count("\n") <= COMPACT_LINES, views["terminal"].count("\n")
+    assert views["terminal"].startswith("crashscope: ")
 
 
 # --- the hostile corpus -------------------------------------------------------------------

@@ -32,6 +32,11 @@ MAX_WIDTH = 400
 # Caps of the compact terminal view (``--full`` shows everything): the verdict stays on
 # screen (about 40 lines on an 80-column terminal).
 COMPACT = {"evidence": 4, "symptoms": 3, "co_occurring": 3, "actions": 3, "missing": 3, "warnings": 3, "excerpt": 0}
+# The compact view's screen: past this many lines the caps below are tightened, least
+# needed section first, until it fits (or nothing is left to tighten).
+COMPACT_LINES = 45
+TIGHTEN = (("actions", 2), ("co_occurring", 1), ("symptoms", 2), ("warnings", 2), ("missing", 2),
+           ("evidence", 3), ("actions", 1), ("symptoms", 1), ("warnings", 1))
 FULL_MESSAGE = 600
 COMPACT_MESSAGE = 200
 
@@ -207,7 +212,22 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
     """Plain text for a terminal (``color=True`` adds ANSI styles made here, never from data).
 
     The verdict (cause, confidence, culprit, first failure, summary) comes first; the
-    sections after it are capped unless ``full``."""
+    sections after it are capped unless ``full``, and capped harder while the compact view
+    runs past ``COMPACT_LINES``."""
+    if full:
+        return _terminal(report, width, color, full, {k: None for k in COMPACT})
+    caps: dict[str, int | None] = dict(COMPACT)
+    text = _terminal(report, width, color, full, caps)
+    for name, cap in TIGHTEN:
+        if text.count("\n") <= COMPACT_LINES:
+            break
+        if (caps[name] or 0) > cap:
+            caps[name] = cap
+            text = _terminal(report, width, color, full, caps)
+    return text
+
+
+def _terminal(report: Report, width: int | None, color: bool, full: bool, caps: dict[str, int | None]) -> str:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -216,7 +236,6 @@ def render_terminal(report: Report, *, width: int | None = DEFAULT_WIDTH, color:
     buf = io.StringIO()
     con = Console(file=buf, width=w, color_system="standard" if color else None, force_terminal=color,
                   highlight=False, markup=False, emoji=False, legacy_windows=False, soft_wrap=False)
-    caps = {k: None for k in COMPACT} if full else dict(COMPACT)
     msg_limit = FULL_MESSAGE if full else COMPACT_MESSAGE
     hidden: list[str] = []
 
