@@ -320,12 +320,17 @@ def _arrival_order(ev: pl.DataFrame) -> Finding | None:
     d = ev.filter((pl.col("kind") == Kind.COLLECTIVE_ENTER.value) & pl.col("rank").is_not_null() & pl.col("file").is_not_null())
     if d.height < ARRIVAL_MIN_RANKS * ARRIVAL_MIN_COLLECTIVES:
         return None
-    d = d.with_columns(
-        pl.col("attrs").str.json_path_match("$.seq").cast(pl.Int64, strict=False).alias("_seq"),
-        pl.col("attrs").str.json_path_match("$.op").alias("_op"),
-        pl.col("attrs").str.json_path_match("$.shape").fill_null("").alias("_shape"),
-        pl.col("attrs").str.json_path_match("$.pg_rank").cast(pl.Int64, strict=False).alias("_pg"),
-    ).filter(pl.col("_seq").is_not_null() & pl.col("line").is_not_null())
+    # Per-rank logs (one rank each) hold no order: only files with several ranks are read further.
+    files = d.group_by("file").agg(pl.col("rank").n_unique().alias("k"), pl.len().alias("n")).filter(
+        (pl.col("k") >= ARRIVAL_MIN_RANKS) & (pl.col("n") >= pl.col("k") * ARRIVAL_MIN_COLLECTIVES))["file"]
+    if files.len() == 0:
+        return None
+    d = d.filter(pl.col("file").is_in(files.implode()) & pl.col("line").is_not_null())
+    fp = pl.col("attrs").str.json_decode(pl.Struct({"seq": pl.Int64, "op": pl.String, "shape": pl.String, "pg_rank": pl.Int64}))
+    d = d.with_columns(fp.alias("_fp")).with_columns(
+        pl.col("_fp").struct.field("seq").alias("_seq"), pl.col("_fp").struct.field("op").alias("_op"),
+        pl.col("_fp").struct.field("shape").fill_null("").alias("_shape"), pl.col("_fp").struct.field("pg_rank").alias("_pg"),
+    ).drop("_fp").filter(pl.col("_seq").is_not_null())
     best: tuple[float, Finding] | None = None
     for (file,), part in d.sort("line").group_by(["file"], maintain_order=True):
         f = _arrival_in_file(str(file), part)
