@@ -50,6 +50,10 @@ CONFIDENT_LINE = 0.8  # a verdict at or above this must be right (evaluation.CON
 CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
 RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
+# Findings that say where a rank stopped or hung but not why; they name node_failure only
+# for want of a reason. A finding that says why about the same rank (an Xid, a throttled
+# GPU, an OOM kill) takes their vote; they stay as co-occurring.
+WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed")
 LOCATE_WITHIN_S = 120.0
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
@@ -108,8 +112,9 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     scored = sorted(((score_finding(f, t_fail, before_s), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
     per_cause: dict[str, float] = defaultdict(float)
     best: dict[str, tuple[float, Any]] = {}
+    explained = {id(f) for f in _explained_where(scored)}
     for s, f in scored:
-        if s <= 0:
+        if s <= 0 or id(f) in explained:
             continue
         # The strongest finding counts fully, corroborating ones a little (no vote stuffing).
         per_cause[f.cause] = min(1.0, per_cause[f.cause] + (s if f.cause not in best else 0.1 * s))
@@ -272,6 +277,24 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     v.summary = _summary(top, primary, symptoms, tl)
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
     return v
+
+
+def _explained_where(scored: list[tuple[float, Finding]]) -> list[Finding]:
+    """The where-only findings (``WHERE_ONLY``, cause node_failure) about a rank (else a
+    host) that an in-window finding of another cause names too: that one says why."""
+    why = [f for s, f in scored if s >= MIN_CAUSE_SCORE and f.rule_id not in WHERE_ONLY and f.cause != "node_failure"]
+    if not why:
+        return []
+    out = []
+    for s, f in scored:
+        if s <= 0 or f.rule_id not in WHERE_ONLY or f.cause != "node_failure":
+            continue
+        for g in why:
+            same = set(f.ranks) & set(g.ranks) if f.ranks and g.ranks else set(f.hosts) & set(g.hosts)
+            if same:
+                out.append(f)
+                break
+    return out
 
 
 def _this_job(ev: pl.DataFrame, job_id: str | None) -> pl.DataFrame:
@@ -535,10 +558,10 @@ def _excerpt(ev: pl.DataFrame, t: int | None) -> list[EventRow]:
 def _summary(cause: str, primary: Any, symptoms: list[Any], tl: Timeline) -> str:
     parts = [f"{CAUSE_TITLES.get(cause, cause)}"]
     if primary is not None:
-        where = ", ".join(primary.hosts[:3]) or "?"
+        where = ", ".join(primary.hosts[:3])
         ranks = f" (rank {', '.join(str(r) for r in primary.ranks[:4])})" if primary.ranks else ""
         when = iso(primary.first_time)
-        parts.append(f": {primary.title} on {where}{ranks}" + (f" at {when}" if when else ""))
+        parts.append(f": {primary.title}" + (f" on {where}" if where else "") + ranks + (f" at {when}" if when else ""))
         peers = _link_peers(tl.events, primary.hosts) if cause == "fabric_timeout" else []
         if peers:
             parts.append(f" (peer {', '.join(peers[:3])}: check the link between them)")

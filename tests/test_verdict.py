@@ -7,7 +7,7 @@ import copy
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.timeline import Timeline
-from crashscope.verdict import CAP_BASE, CAP_SLOPE, CONFIDENT_LINE, decide, evidence_cap
+from crashscope.verdict import CAP_BASE, CAP_SLOPE, CONFIDENT_LINE, _explained_where, decide, evidence_cap
 from tests.factories import SEC, T0, make_events
 
 
@@ -31,6 +31,24 @@ def test_the_strongest_in_window_cause_wins_and_names_its_place():
     assert v.implicated["nodes"] == ["node002"] and v.implicated["ranks"] == [9]
     assert v.first_failure["file"] == "logs/rank9.log" and v.first_failure["line"] == 42
     assert [e.rule for e in v.evidence][:1] == ["ib"]
+
+
+def test_a_hang_on_a_rank_defers_to_the_reason_found_for_that_rank():
+    # fr-hang says rank 9 never arrived; a throttled GPU under rank 9 says why.
+    hang = _finding("node_failure", 0.85, t=0, rule="fr-hang")
+    slow = _finding("gpu_throttle", 0.7, t=-30, rule="gpu-hw-slowdown")
+    v = decide([hang, slow], _timeline())
+    assert v.cause == "gpu_throttle"
+    assert v.implicated.ranks == [9]
+    assert "fr-hang" in [c.rule for c in v.co_occurring]
+    # The same reason about another rank explains nothing; nor does a weak one; and a
+    # node_failure finding that says why (a rule, not a hang report) is never set aside.
+    other = _finding("gpu_throttle", 0.7, t=-30, host="node001", rank=1, rule="gpu-hw-slowdown")
+    assert _explained_where([(0.8, hang), (0.7, other)]) == []
+    assert _explained_where([(0.8, hang), (0.1, slow)]) == []
+    down = _finding("node_failure", 0.85, rule="node-down")
+    assert _explained_where([(0.8, down), (0.7, slow)]) == []
+    assert _explained_where([(0.8, hang), (0.7, slow)]) == [hang]
 
 
 def test_confidence_is_capped_by_the_most_decisive_line():
