@@ -54,6 +54,7 @@ import regex
 from crashscope.engine.model import Evidence, Finding
 from crashscope.hostlist import compress_ints
 from crashscope.schema import Kind
+from crashscope.timeline import attrs_of
 
 HANG_ID = "fr-hang"
 MISMATCH_ID = "fr-mismatch"
@@ -181,12 +182,6 @@ class _Dumps:
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its dump's event row
 
 
-def _attrs(a: str | None) -> dict[str, Any]:
-    try:
-        d = json.loads(a or "{}")
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 def _dumps(events: pl.DataFrame, world: int | None) -> _Dumps:
@@ -196,7 +191,7 @@ def _dumps(events: pl.DataFrame, world: int | None) -> _Dumps:
         r = int(row["rank"])
         out.ranks.add(r)
         out.rows.setdefault(r, row)
-        for pg, info in (_attrs(row["attrs"]).get("pg_config") or {}).items():
+        for pg, info in (attrs_of(row["attrs"]).get("pg_config") or {}).items():
             ranks = {x for x in (info or {}).get("ranks") or [] if isinstance(x, int) and 0 <= x < 10_000_000}
             if ranks:
                 out.pg_ranks.setdefault(str(pg), set()).update(ranks)
@@ -227,7 +222,7 @@ def _entries(events: pl.DataFrame) -> list[dict[str, Any]]:
     c = events.filter((pl.col("kind") == Kind.COLLECTIVE.value) & pl.col("rank").is_not_null())
     out, seen = [], set()
     for row in c.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
-        a = _attrs(row["attrs"])
+        a = attrs_of(row["attrs"])
         if a.get("is_p2p") or not isinstance(a.get("seq"), int) or a.get("pg") is None:
             continue
         # Unnamed groups (gloo under TORCH_DISTRIBUTED_DEBUG: the default PG and the debug
@@ -486,7 +481,7 @@ def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Find
         return []
     per_pg: dict[str, dict[int, tuple[int, int, dict]]] = defaultdict(dict)
     for row in w.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
-        a = _attrs(row["attrs"])
+        a = attrs_of(row["attrs"])
         enq, comp = a.get("last_enqueued"), a.get("last_completed")
         if isinstance(enq, int) and isinstance(comp, int):
             per_pg[str(a.get("pg_guid", a.get("pg_id", "0")))][int(row["rank"])] = (enq, comp, row)
@@ -529,7 +524,7 @@ def trace_never_launched(events: pl.DataFrame, world: int | None) -> list[Findin
         return []
     last: dict[int, tuple[int, bool, dict[str, Any]]] = {}
     for row in t.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
-        a = _attrs(row["attrs"])
+        a = attrs_of(row["attrs"])
         seq, state = a.get("seq"), a.get("state")
         if not isinstance(seq, int) or state not in ("completed", "running_at_capture_end", "launched_not_completed"):
             continue
@@ -544,7 +539,7 @@ def trace_never_launched(events: pl.DataFrame, world: int | None) -> list[Findin
     if not stuck:
         return []
     waiting = sorted(r for r in in_flight if last[r][0] == n1)
-    op = _attrs(last[waiting[0]][2]["attrs"]).get("op") if waiting else None
+    op = attrs_of(last[waiting[0]][2]["attrs"]).get("op") if waiting else None
     ev = [_evidence(last[r][2]) for r in stuck] + [_evidence(last[r][2]) for r in waiting]
     title = (f"Rank {', '.join(map(str, stuck))} never launched NCCL call #{n1}{f' ({op})' if op else ''}, which rank(s) "
              f"{compress_ints(waiting)} launched and were still in when the trace ended")
@@ -563,7 +558,7 @@ def _collective_start(events: pl.DataFrame, seq: int, ranks: list[int]) -> str |
     """Timeout line time minus ``ran for`` (else ``Timeout(ms)``): when the collective began."""
     t = events.filter((pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value) & pl.col("rank").is_in(ranks) & pl.col("time").is_not_null())
     for row in t.sort("time").iter_rows(named=True):
-        a = _attrs(row["attrs"])
+        a = attrs_of(row["attrs"])
         if a.get("seq") not in (None, seq):
             continue
         ms = a.get("ran_ms") or a.get("timeout_ms")

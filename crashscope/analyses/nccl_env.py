@@ -40,6 +40,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
+from crashscope.hostlist import compress_ints
 
 RULE_ID = "nccl-env"
 WEIGHT = 0.3
@@ -148,7 +149,7 @@ def _names(ws: list[Who]) -> str:
     others = sorted({w.key for w in ws if w.rank is None})
     parts = []
     if ranks:
-        parts.append("ranks " + _compress(ranks))
+        parts.append("ranks " + compress_ints(ranks))
     if others:
         parts.append(", ".join(others[:6]) + (" ..." if len(others) > 6 else ""))
     hosts = sorted({w.host for w in ws if w.host})
@@ -156,16 +157,6 @@ def _names(ws: list[Who]) -> str:
         parts.append("on " + ", ".join(hosts[:6]) + (" ..." if len(hosts) > 6 else ""))
     return " ".join(parts) or "?"
 
-
-def _compress(vals: list[int]) -> str:
-    out, i = [], 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def diffs(st: EnvState) -> list[tuple[str, dict[str, list[Who]]]]:

@@ -20,7 +20,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
-from crashscope.timeline import under_torchrun
+from crashscope.timeline import attrs_of, under_torchrun
 
 RULE_ID = "silent-ranks"
 RANK_WEIGHT = 0.5  # one rank silent among reporting peers on its node
@@ -83,7 +83,7 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         if r in last:
             continue
         for row in naming.iter_rows(named=True):
-            a = _attrs(row["attrs"])
+            a = attrs_of(row["attrs"])
             if row["rank"] == r or r in (a.get("tasks") or []) or r in (a.get("lagging_ranks") or []):
                 last[r] = dict(row, rank=r)
                 break
@@ -164,7 +164,7 @@ def _exited_ranks(events: pl.DataFrame) -> set[int]:
     out = set(int(r) for r in ex["rank"].drop_nulls().to_list())
     if not under_torchrun(events):
         for a in ex.filter(pl.col("source") == "slurm")["attrs"].drop_nulls().to_list():
-            out.update(t for t in (_attrs(a).get("tasks") or [])[:100_000] if isinstance(t, int))
+            out.update(t for t in (attrs_of(a).get("tasks") or [])[:100_000] if isinstance(t, int))
     return out
 
 
@@ -173,7 +173,7 @@ def _named_lagging(loss: pl.DataFrame) -> set[int]:
     d = loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value)
     out: set[int] = set()
     for a in d["attrs"].drop_nulls().to_list():
-        for r in _attrs(a).get("lagging_ranks") or []:
+        for r in attrs_of(a).get("lagging_ranks") or []:
             if isinstance(r, int) and 0 <= r < 10_000_000:
                 out.add(r)
     return out
@@ -203,14 +203,6 @@ def _evidence(r: dict[str, Any]) -> Evidence:
     )
 
 
-def _attrs(a: str | None) -> dict[str, Any]:
-    import json
-
-    try:
-        d = json.loads(a or "{}")
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 KILLED_WEIGHT = 0.45  # below any OOM-killer or hardware line, which say why
@@ -233,7 +225,7 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     if exits.height == 0:
         return []
     first = exits.row(0, named=True)
-    a = _attrs(first["attrs"])
+    a = attrs_of(first["attrs"])
     if a.get("signal") != "SIGKILL":
         return []
     t0 = first["time"]
@@ -248,7 +240,7 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
         ranks = sorted(r for r, h in host_of.items() if h in hosts)
     else:
         ranks = sorted(t for t in a.get("tasks") or [] if isinstance(t, int))
-    later = [_attrs(x).get("signal") for x in exits["attrs"].drop_nulls().to_list()[1:]]
+    later = [attrs_of(x).get("signal") for x in exits["attrs"].drop_nulls().to_list()[1:]]
     title = (
         f"The processes on {', '.join(hosts)} were the first to die, killed by SIGKILL, "
         f"before any rank reported an error; the launcher then stopped the others"

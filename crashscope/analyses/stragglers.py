@@ -39,7 +39,6 @@ The straggler is named first in ``ranks``; its node and GPU follow from the trac
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -49,6 +48,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
+from crashscope.timeline import attrs_of
 
 TRACE_WEIGHT = 0.55
 TRACE_THROTTLED_WEIGHT = 0.75  # the straggler's own GPU reports a slowdown: where and why
@@ -103,12 +103,6 @@ def _identity(ev: pl.DataFrame) -> dict[str, Any]:
     return {"gpu_rank": gpu_rank, "rank_gpu": rank_gpu}
 
 
-def _attrs(a: str | None) -> dict[str, Any]:
-    try:
-        d = json.loads(a or "{}")
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 def _ns(t: Any) -> int | None:
@@ -133,7 +127,7 @@ def _throttle_events(ev: pl.DataFrame) -> dict[tuple[str, str], list[dict[str, A
     pci_of = {(h, int(i)): g for h, i, g in inv.group_by(["host", "gpu_index"]).agg(pl.col("gpu").mode().first()).iter_rows()}
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in d.sort("time", nulls_last=True).iter_rows(named=True):
-        reasons = _attrs(r["attrs"]).get("reasons") or []
+        reasons = attrs_of(r["attrs"]).get("reasons") or []
         gpu = r["gpu"] or (pci_of.get((r["host"], r["gpu_index"])) if r["gpu_index"] is not None else None)
         if gpu and any(x in SLOW_REASONS for x in reasons if isinstance(x, str)):
             out[(r["host"], gpu)].append(dict(r, gpu=gpu))
@@ -148,7 +142,7 @@ def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tu
         return None
     per: dict[Any, dict[str, Any]] = {}
     for r in d.iter_rows(named=True):
-        a = _attrs(r["attrs"])
+        a = attrs_of(r["attrs"])
         if a.get("report") == "nvtx_sum":
             continue
         key = r["rank"] if r["rank"] is not None else (r["host"], r["gpu"] or r["gpu_index"], r["pid"])
@@ -208,7 +202,7 @@ def _trace_straggler(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tu
     weight = TRACE_WEIGHT
     if thr:
         weight = TRACE_THROTTLED_WEIGHT
-        reasons = _attrs(thr[0]["attrs"]).get("reasons") or []
+        reasons = attrs_of(thr[0]["attrs"]).get("reasons") or []
         title += f"; its GPU {gpu} reports {', '.join(r for r in reasons if isinstance(r, str))}"
         evidence = [_evidence(thr[0], rank)] + evidence
     times = [e.time for e in evidence if e.time is not None]
