@@ -70,7 +70,8 @@ PLANT: list[tuple[str, int, str]] = [
     ("slurm-9491422.out", 793, f" session {P['jwt']}"),
     ("slurm-9491422.out", 794, f' {{"private_key_id": "{P["gcp_private_key_id"]}", "private_key": "-----BEGIN PRIVATE KEY-----\\n{P["gcp_private_key_body"]}\\n-----END PRIVATE KEY-----\\n"}}'),
     ("slurm-9491422.out", 795, f" DB_PASSWORD={P['env_password']} MLFLOW_TRACKING_TOKEN={P['env_token']} data /Users/{P['user_mac_home']}/data"),
-    ("slurm-9491422.out", 796, f' config {{"password": "{P["json_password"]}"}}'),
+    # on the cause's own evidence line, so it reaches the views whatever the excerpt window holds
+    ("slurm-9491422.out", 779, f' config {{"password": "{P["json_password"]}"}}'),
 ]
 # files whose names carry a value (listed in the report's sources)
 PLANTED_FILES = [

@@ -16,7 +16,7 @@ import polars as pl
 from crashscope.engine.model import Finding
 from crashscope.ingest import IngestResult
 from crashscope.layers import apply_layers
-from crashscope.report.events import event_row, iso_ns
+from crashscope.report.events import event_row, iso_ns, one_row_per_line
 from crashscope.report.model import Activity, Coverage, EventRow, HostActivity, HostSummary, RankActivity, Report, SymptomGroup
 from crashscope.schema import Kind
 from crashscope.timeline import Timeline, attrs_of, iso, signature_expr
@@ -161,6 +161,7 @@ def anomalies(ev: pl.DataFrame, limit: int = ANOMALY_LIMIT) -> list[EventRow]:
     first = bad.group_by(["kind", "_sig"], maintain_order=True).agg(
         pl.all().first(), pl.len().alias("count"), pl.col("rank").n_unique().alias("n_ranks")
     )
+    first = first.filter(one_row_per_line())
     return [event_row(r, count=r["count"]) for r in first.head(limit).iter_rows(named=True)]
 
 

@@ -28,11 +28,18 @@ def event_row(r: dict[str, Any], count: int | None = None) -> EventRow:
     )
 
 
+def one_row_per_line() -> pl.Expr:
+    """True for the first event of each log line: one line can be read as two events (a
+    source's reading and a catalog's), and a list of lines shows it once."""
+    return pl.col("line").is_null() | pl.struct("file", "line").is_first_distinct()
+
+
 def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCERPT_BEFORE, limit_after: int = EXCERPT_AFTER) -> list[EventRow]:
     """Non-info events just before and after ``t_ns`` (the first failure)."""
     if t_ns is None or ev.height == 0:
         return []
     ev = ev.filter(pl.col("time").is_not_null() & (pl.col("severity").cast(pl.String) != "info"))
+    ev = ev.filter(one_row_per_line())
     t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
     before = ev.filter(pl.col("time") < t).tail(limit_before)
     after = ev.filter(pl.col("time") >= t).head(limit_after)
