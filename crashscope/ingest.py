@@ -474,7 +474,7 @@ def _read_entry(  # type: ignore[no-untyped-def]
         if err:
             warnings.append(f"{entry.path}: {err}")
         return rec, [], warnings
-    binary = _looks_binary(head[:8192])
+    binary = looks_binary(head[:8192])
     sniff_head = head[:SNIFF_BYTES]
     head_text, _ = decode(sniff_head[: len(sniff_head) - _partial_utf8_tail(sniff_head)])
     forced = _override(entry.path, overrides)
@@ -563,7 +563,7 @@ def _sniff_siblings(head_text: str, entry: Entry, cache: dict | None):  # type: 
     return scores
 
 
-def _looks_binary(sample: bytes) -> bool:
+def looks_binary(sample: bytes) -> bool:
     """Control bytes (other than tab, newlines, form feed, backspace, ANSI escape) above 5%."""
     if not sample:
         return False

@@ -132,6 +132,11 @@ def test_every_view_on_every_job(job: Path) -> None:
     # The compact view keeps the verdict on one 80-column screen; its first line is the verdict.
     assert views["terminal"].count("\n") <= COMPACT_LINES, views["terminal"].count("\n")
     assert views["terminal"].startswith("crashscope: ")
+    # Context read back around evidence lines is text, never the bytes of a binary trace.
+    for e in report.evidence:
+        for c in e.context:
+            assert not _raw_controls(c["text"]) and "\\x00" not in c["text"], (e.file, e.line, c["text"][:40])
+            c["text"].encode("utf-8")
 
 
 # --- the hostile corpus -------------------------------------------------------------------

@@ -228,6 +228,7 @@ def evidence_context(root: Path, report: Report) -> None:
     """Fill ``EvidenceItem.context`` with the lines around each evidence line, read back
     through the bundle's safe open (no symlinks out, bounded, archives in place)."""
     from crashscope.bundle import Entry, FileRef, open_ref
+    from crashscope.ingest import looks_binary
 
     wanted: dict[str, set[int]] = defaultdict(set)
     for e in report.evidence:
@@ -260,6 +261,8 @@ def evidence_context(root: Path, report: Report) -> None:
                             if n in keep:
                                 found[(entry.path, n)] = _context_text(tail)
                         break
+                    if not read and looks_binary(block[:8192]):
+                        break  # a pickle or SQLite trace: its "lines" are bytes, not context
                     read += len(block)
                     *lines, tail = (tail[: CONTEXT_LINE_CHARS * 4] + block).split(b"\n")
                     for raw in lines:
