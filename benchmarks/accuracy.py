@@ -23,7 +23,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 from crashscope.evaluation import analyze_case, load_cases, score, summarize
 from crashscope.schema import CAUSES
 from crashscope.simulate import simulate

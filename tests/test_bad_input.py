@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 from crashscope.ingest import ingest
 
 NCCL_LINE = b"node001:2718:2718 [3] NCCL INFO NCCL version 2.18.5+cuda12.2\n"

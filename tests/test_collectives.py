@@ -86,7 +86,7 @@ def test_recorded_without_the_stopped_ranks_dump() -> None:
 
 
 def test_report_confidence_drops_and_missing_names_the_dump(tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     case = HANGS[0]
     want = _truth(case)["culprit"]["ranks"]

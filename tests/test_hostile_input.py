@@ -19,7 +19,7 @@ import pytest
 
 import crashscope.bundle as bundle
 import crashscope.ingest as ingest_mod
-from crashscope.analyze import analyze, resolve_tz
+from crashscope.pipeline import analyze, resolve_tz
 from crashscope.ingest import Budget, ingest, parse_size
 from crashscope.report.render import render_json, render_markdown, render_terminal
 from crashscope.sources.base import FileInfo, ParseContext, load_json

@@ -94,7 +94,7 @@ def _job(tmp_path: Path, gid: dict[str, int], timeout: int = 20, fail: bool = Tr
 
 
 def test_a_gid_index_that_differs_across_nodes_is_named_with_its_ranks(tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(_job(tmp_path, {"node001": 3, "node002": 0}))
     assert report.cause == "fabric_timeout"
@@ -108,7 +108,7 @@ def test_a_gid_index_that_differs_across_nodes_is_named_with_its_ranks(tmp_path:
 
 
 def test_a_fabric_timeout_under_a_low_ib_timeout_says_which_value_to_try(tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(_job(tmp_path, {"node001": 3, "node002": 3}, timeout=14))
     assert report.cause == "fabric_timeout"
@@ -120,7 +120,7 @@ def test_a_fabric_timeout_under_a_low_ib_timeout_says_which_value_to_try(tmp_pat
 
 
 def test_consistent_defaults_raise_nothing(tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, _, _ = analyze(_job(tmp_path, {"node001": 3, "node002": 3}, fail=False))
     fabric = next(r for r in report.layers if r["layer"] == "fabric")

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 from crashscope.ingest import ingest
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.shards import EVENTS, META, from_storage, read_spool, to_storage, write_shard

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashscope.analyze import analyze
+from crashscope.pipeline import analyze
 
 CASES = [
     ("fabric_timeout", "node002:41001:41188 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.10.1.3<51234> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.10.1.7 remoteGid ::ffff:10.10.1.3"),

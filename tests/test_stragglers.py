@@ -160,7 +160,7 @@ def generate(root: Path, seed: int) -> int:
 
 
 def measure(n: int, first_seed: int = 0) -> tuple[int, int, list[dict]]:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     hits, rows = 0, []
     for seed in range(first_seed, first_seed + n):

@@ -143,7 +143,7 @@ def test_a_message_that_names_its_rank_gives_the_event_that_rank():
 def test_year_less_stamps_of_a_past_job_are_dated_in_one_pass(tmp_path) -> None:
     """A 2024 job: its c10 lines print no year; the Slurm lines that carry one date them.
     One reading (no second ingest), and a December line of a January job falls in the year before."""
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     (tmp_path / "slurm-77.out").write_text(
         "[2024-01-03T10:00:00.000] error: *** JOB 77 ON node001 CANCELLED AT 2024-01-03T10:05:00 ***\n"
@@ -156,7 +156,7 @@ def test_year_less_stamps_of_a_past_job_are_dated_in_one_pass(tmp_path) -> None:
         "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600000 milliseconds before timing out.\n"
     )
     calls = []
-    import crashscope.analyze as mod
+    import crashscope.pipeline as mod
 
     real = mod.ingest
     monkey = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731

@@ -298,7 +298,7 @@ def plan_from_jobdir(root: Path, **kw: Any) -> tuple[Plan, dict[str, Any]]:
     collective timeouts; returns the plan and the report dict."""
     import json
 
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     report, tl, _result = analyze(root)
     collectives: list[dict[str, Any]] = []

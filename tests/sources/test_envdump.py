@@ -66,7 +66,7 @@ def test_sniff_claims_env_dumps_only() -> None:
 
 
 def test_no_secret_reaches_any_view_of_the_report(tmp_path: Path) -> None:
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
     from crashscope.report.render import RENDERERS
 
     job = tmp_path / "job"
