@@ -94,7 +94,7 @@ def test_report_confidence_drops_and_missing_names_the_dump(tmp_path: Path) -> N
     full, _, _ = analyze(_without(case, tmp_path / "all", []))
     part, _, _ = analyze(_without(case, tmp_path / "part", [peer]))
     assert full.cause == part.cause == "node_failure"
-    assert full.implicated["ranks"] == part.implicated["ranks"] == want
+    assert full.implicated.ranks == part.implicated.ranks == want
     assert part.confidence < full.confidence
     assert not any("Flight Recorder" in m for m in full.missing)
     assert any(f"Flight Recorder dumps of 1 rank(s): {peer}" in m for m in part.missing)

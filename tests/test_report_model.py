@@ -82,8 +82,3 @@ def test_a_damaged_report_file_still_loads_typed() -> None:
     assert row.time is None and row.rank is None and row.line is None
     assert Report.from_dict(r.to_dict()) == r
 
-
-def test_old_readers_still_index_the_parts() -> None:
-    r = _report()
-    assert r.implicated["nodes"] == ["node002"]
-    assert r.first_failure is not None and r.first_failure["line"] == 9

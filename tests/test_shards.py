@@ -42,7 +42,7 @@ def test_spool_of_shards_gives_the_direct_verdict(tmp_path, case):  # type: igno
     assert _split_into_shards(src, spool) >= 2
     merged, _, res = analyze(spool)
     assert merged.cause == direct.cause
-    assert set(merged.implicated["nodes"]) == set(direct.implicated["nodes"])
+    assert set(merged.implicated.nodes) == set(direct.implicated.nodes)
     assert res.events.height == ingest(src).events.height
 
 

@@ -48,7 +48,7 @@ def test_a_traceback_whose_header_was_cut(tmp_path: Path) -> None:
     )
     report, _, _ = analyze(tmp_path)
     assert report.cause == "software_error"
-    assert report.first_failure["line"] == 3
+    assert report.first_failure is not None and report.first_failure.line == 3
 
 
 def test_a_lone_watchdog_timeout_is_a_symptom_not_a_cause(tmp_path: Path) -> None:

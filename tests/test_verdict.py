@@ -28,8 +28,8 @@ def test_the_strongest_in_window_cause_wins_and_names_its_place():
           _finding("fabric_timeout", 0.25, role="symptom", t=600, rule="timeout")]
     v = decide(fs, _timeline())
     assert v.cause == "fabric_timeout"
-    assert v.implicated["nodes"] == ["node002"] and v.implicated["ranks"] == [9]
-    assert v.first_failure["file"] == "logs/rank9.log" and v.first_failure["line"] == 42
+    assert v.implicated.nodes == ["node002"] and v.implicated.ranks == [9]
+    assert v.first_failure is not None and v.first_failure.file == "logs/rank9.log" and v.first_failure.line == 42
     assert [e.rule for e in v.evidence][:1] == ["ib"]
 
 

@@ -44,10 +44,6 @@ class EventRef:
     def to_dict(self, keys: tuple[str, ...]) -> dict[str, Any]:
         return {k: getattr(self, k) for k in keys}
 
-    def __getitem__(self, key: str) -> Any:
-        """Deprecated: ``ref["file"]`` as when this was the JSON mapping (use ``ref.file``)."""
-        return getattr(self, key)
-
     @staticmethod
     def ref_fields(d: dict[str, Any]) -> dict[str, Any]:
         """The :class:`EventRef` fields of a JSON mapping (``gpu``: a PCI id string, or the
@@ -228,10 +224,6 @@ class Implicated:
     nodes: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
-
-    def __getitem__(self, key: str) -> Any:
-        """Deprecated: ``implicated["nodes"]`` as when this was the JSON mapping (use ``.nodes``)."""
-        return getattr(self, key)
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "ranks": list(self.ranks), "gpus": [dict(g) if isinstance(g, dict) else g for g in self.gpus]}
