@@ -87,20 +87,25 @@ def saves(events: pl.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 
 def _dedupe(ss: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One save seen twice (a rank's own log and the job output that echoes it without the
-    rank): the unidentified copy goes when an identified save of that step began that second."""
+    """One save seen twice (a rank's own log and the job output that echoes it, with or
+    without the rank): an unidentified copy goes when an identified save of that step began
+    that second, and a second copy of the same rank's save goes (the first file's is kept)."""
     def key(s: dict[str, Any]) -> tuple:
         t = s["start"] if s["start"] is not None else s["end"]
         return (s["step"], s["framework"], t // 1_000_000_000 if t is not None else None)
 
     known = {key(s) for s in ss if s["rank"] is not None}
-    out, anon = [], set()
+    out, anon, ranked = [], set(), set()
     for s in ss:
+        k = key(s)
         if s["rank"] is None:
-            k = key(s)
             if k in known or k in anon:
                 continue
             anon.add(k)
+        else:
+            if (s["rank"], k) in ranked:
+                continue
+            ranked.add((s["rank"], k))
         out.append(s)
     return out
 
