@@ -31,6 +31,23 @@ class Cause(str, Enum):
     NONE = "none"  # no failure
 
 
+# What a person reads for each cause (the verdict's summary opens with it).
+CAUSE_TITLES = {
+    "fabric_timeout": "Network fabric failure",
+    "storage_stall": "Storage stall",
+    "driver_drift": "Software/driver version drift",
+    "preemption": "Scheduler preemption or cancellation",
+    "gpu_throttle": "GPU throttling",
+    "gpu_hardware": "GPU hardware fault",
+    "node_failure": "Node failure",
+    "oom": "Out of memory",
+    "software_error": "Software error in the training code",
+    "time_limit": "Job time limit",
+    "unknown": "Unknown",
+    "none": "No failure",
+}
+
+
 CAUSES: tuple[str, ...] = tuple(c.value for c in Cause)
 
 

@@ -30,7 +30,7 @@ import polars as pl
 
 from crashscope.engine.model import Finding
 from crashscope.report.model import CoOccurring, EventRef, EventRow, EvidenceItem, Implicated
-from crashscope.schema import CAUSES, Kind
+from crashscope.schema import CAUSE_TITLES, CAUSES, Kind
 from crashscope.timeline import Timeline, iso
 
 log = logging.getLogger(__name__)
@@ -58,20 +58,6 @@ LOCATE_WITHIN_S = 120.0
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
 
-CAUSE_TITLES = {
-    "fabric_timeout": "Network fabric failure",
-    "storage_stall": "Storage stall",
-    "driver_drift": "Software/driver version drift",
-    "preemption": "Scheduler preemption or cancellation",
-    "gpu_throttle": "GPU throttling",
-    "gpu_hardware": "GPU hardware fault",
-    "node_failure": "Node failure",
-    "oom": "Out of memory",
-    "software_error": "Software error in the training code",
-    "time_limit": "Job time limit",
-    "unknown": "Unknown",
-    "none": "No failure",
-}
 
 @dataclass
 class Verdict:

@@ -89,3 +89,9 @@ def test_decide_is_pure():
     a, b = decide(fs, tl, missing=missing), decide(fs, tl, missing=missing)
     assert a == b
     assert (fs, missing) == (before[0], before[2]) and tl.events.equals(before[1])
+
+
+def test_every_cause_label_has_a_title():
+    from crashscope.schema import CAUSE_TITLES, CAUSES
+
+    assert set(CAUSE_TITLES) == set(CAUSES)
