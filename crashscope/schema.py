@@ -148,7 +148,7 @@ def _source_module_names() -> tuple[str, ...]:
 
 SOURCE_NAMES: tuple[str, ...] = _source_module_names()
 
-EVENT_SCHEMA = pl.Schema(
+_EVENT_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = (
     {
         "time": pl.Datetime("ns", "UTC"),
         "time_quality": pl.Enum(TIME_QUALITIES),
@@ -171,6 +171,7 @@ EVENT_SCHEMA = pl.Schema(
         "year_assumed": pl.Boolean,
     }
 )
+EVENT_SCHEMA = pl.Schema(_EVENT_COLUMNS)
 
 
 def empty_events() -> pl.DataFrame:
