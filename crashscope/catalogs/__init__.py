@@ -90,15 +90,29 @@ class CatalogHit:
         return f"{self.catalog}:{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Catalogs:
+    """The loaded catalogs. ``prefilter`` (the anchors' trie, for the ingest's Rust scan) is
+    all an import needs; the Python-side matcher (``quick``, ``anchor_entries``) is built on
+    the first ``match_text``: building both at import cost every process ~0.12 s CPU."""
+
     entries: tuple[Entry, ...]
     sources: dict[str, tuple[str, ...]]  # catalog -> transcribed-from list
     anchors: tuple[str, ...]  # minimal literal set (no anchor contains another)
-    anchor_rx: Any
-    quick: Any  # the same trie in the stdlib ``re``: a 5x cheaper reject for lines with no anchor
-    anchor_entries: dict[str, tuple[int, ...]]
     prefilter: str
+
+    @functools.cached_property
+    def quick(self) -> Any:
+        """The anchors' trie in the stdlib ``re``: a cheap reject for lines with no anchor,
+        and (searched from each match's start + 1) every anchor occurrence."""
+        return re.compile(self.prefilter)
+
+    @functools.cached_property
+    def anchor_entries(self) -> dict[str, tuple[int, ...]]:
+        """Anchor -> the entries with a key containing it (keys joined by NUL, which no
+        anchor holds: one substring test per entry)."""
+        blobs = ["\0".join(e.keys) for e in self.entries]
+        return {a: tuple(i for i, b in enumerate(blobs) if a in b) for a in self.anchors}
 
 
 def _as_list(v: Any, where: str, what: str) -> list[str]:
@@ -229,14 +243,7 @@ def build(files: list[tuple[str, str]], validate: bool = True) -> Catalogs:
         sources[cat] = srcs
         entries.extend(es)
     anchors = _minimal({k for e in entries for k in e.keys})
-    anchor_entries = {a: tuple(i for i, e in enumerate(entries) if any(a in k for k in e.keys)) for a in anchors}
-    # Two minimal anchors never start at one position (one would be a prefix of the other,
-    # which _minimal rules out), so an overlapped scan finds every occurrence of each.
-    return Catalogs(
-        entries=tuple(entries), sources=sources, anchors=tuple(anchors), anchor_rx=regex.compile(_literal_trie(anchors)),
-        quick=re.compile(_literal_trie(anchors)),
-        anchor_entries=anchor_entries, prefilter=_literal_trie(anchors),
-    )
+    return Catalogs(entries=tuple(entries), sources=sources, anchors=tuple(anchors), prefilter=_literal_trie(anchors))
 
 
 _RX_META = set("\\.+*?()|[]{}^$#&-~")
@@ -307,11 +314,17 @@ def _num(v: str) -> Any:
 def match_text(text: str, catalogs: Catalogs | None = None) -> list[CatalogHit]:
     """Every catalog entry found anywhere in ``text`` (file order of entries)."""
     cats = catalogs or load()
-    if cats.quick.search(text) is None:
+    search = cats.quick.search
+    m = search(text)
+    if m is None:
         return []
-    found = {m.group() for m in cats.anchor_rx.finditer(text, overlapped=True)}
-    if not found:
-        return []
+    # Two minimal anchors never start at one position (one would be a prefix of the other,
+    # which _minimal rules out), so searching again from each match's start + 1 (an
+    # overlapped scan) finds every occurrence of each.
+    found: set[str] = set()
+    while m is not None:
+        found.add(m.group())
+        m = search(text, m.start() + 1)
     cand = sorted({i for a in found for i in cats.anchor_entries[a]})
     hits: list[CatalogHit] = []
     seen: set[tuple[str, str | None, str]] = set()

@@ -62,7 +62,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity
-from crashscope.sources.base import LineSource, ParseContext, feed_guarded, iso_to_ns, split_prefix
+from crashscope.sources.base import LineSource, ParseContext, feed_guarded, iso_to_ns, lazy_compile, split_prefix
 
 # -- bounding of train_step rows (documented in the module docstring) ------------------------
 FIRST_STEPS = 5
@@ -97,11 +97,11 @@ _STAMP_PREFIX = r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*(?:\[titan\] |\[
 # `max_epochs=N` reached."; HF Trainer's final metrics dict and "Training completed."; torch
 # elastic agent "worker group successfully finished"; Megatron print_datetime("after training is done")).
 _RUN_END = (
-    ("nccl-tests", regex.compile(r"#\s*Out of bounds values\s*:\s*0 OK")),
-    ("lightning", regex.compile(r"`Trainer\.fit` stopped: `(?:max_epochs|max_steps|max_time)=[^`]*` reached")),
-    ("hf_trainer", regex.compile(r"^\{'train_runtime': [\d.]+,|Training completed\. Do not forget to share your model")),
-    ("torchelastic", regex.compile(r"worker group successfully finished")),
-    ("megatron", regex.compile(r"\[after training is done\]")),
+    ("nccl-tests", lazy_compile(r"#\s*Out of bounds values\s*:\s*0 OK")),
+    ("lightning", lazy_compile(r"`Trainer\.fit` stopped: `(?:max_epochs|max_steps|max_time)=[^`]*` reached")),
+    ("hf_trainer", lazy_compile(r"^\{'train_runtime': [\d.]+,|Training completed\. Do not forget to share your model")),
+    ("torchelastic", lazy_compile(r"worker group successfully finished")),
+    ("megatron", lazy_compile(r"\[after training is done\]")),
 )
 
 _PREFILTER_PARTS = (
@@ -142,48 +142,48 @@ _PREFILTER_PARTS = (
 # -- launcher prefixes and decoration ---------------------------------------------------------
 # Open MPI --tag-output: "[%s,%s]<%s>:" (jobid, vpid, stdout|stderr|stddiag);
 # open-mpi/ompi orte/mca/iof/base/iof_base_setup.c, openpmix/prrte src/mca/iof/base/iof_base_setup.c
-_MPI_TAG = regex.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
-_ANSI = regex.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # torchtitan colours, tqdm cursor moves
+_MPI_TAG = lazy_compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
+_ANSI = lazy_compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # torchtitan colours, tqdm cursor moves
 
 # -- line headers (time, level, logger) --------------------------------------------------------
 _ISO_TS = r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 # DeepSpeed: logging.Formatter("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s")
 # deepspeedai/DeepSpeed deepspeed/utils/logging.py (LoggerFactory.create_logger)
-_H_DEEPSPEED = regex.compile(
+_H_DEEPSPEED = lazy_compile(
     rf"^\[(?P<ts>{_ISO_TS})\] \[(?P<lvl>[A-Z]+)\] \[(?P<src>[^\]\s]+:\d+:[^\]\s]*)\] ?(?P<msg>.*)$"
 )
 # torchtitan: "[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s"; pytorch/torchtitan torchtitan/tools/logging.py
-_H_TITAN = regex.compile(rf"^\[titan\] (?P<ts>{_ISO_TS}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - (?P<msg>.*)$")
+_H_TITAN = lazy_compile(rf"^\[titan\] (?P<ts>{_ISO_TS}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - (?P<msg>.*)$")
 # NeMo: "[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d] %(message)s", datefmt "%Y-%m-%d %H:%M:%S"
 # NVIDIA/NeMo nemo/utils/formatters/base.py (BaseNeMoFormatter)
-_H_NEMO = regex.compile(rf"^\[NeMo (?P<l1>[DIWEC]) (?P<ts>{_ISO_TS}) (?P<src>[^\]]*)\] ?(?P<msg>.*)$")
+_H_NEMO = lazy_compile(rf"^\[NeMo (?P<l1>[DIWEC]) (?P<ts>{_ISO_TS}) (?P<src>[^\]]*)\] ?(?P<msg>.*)$")
 # HF examples: basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S")
 # huggingface/transformers examples/pytorch/*/run_*.py (older ones: "%(name)s -   %(message)s")
-_H_US = regex.compile(
+_H_US = lazy_compile(
     r"^(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{4}) (?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)(?:[.,](?P<frac>\d{1,9}))?"
     r"(?P<rest>.*)$"
 )
 # Any ISO stamp at the start, bare or in brackets (python logging asctime "%Y-%m-%d %H:%M:%S,mmm",
 # Megatron-LM " [%Y-%m-%d %H:%M:%S.%f]" in megatron/training/training.py training_log, loguru
 # "YYYY-MM-DD HH:mm:ss.SSS | LEVEL | ...", ISO 8601 with a zone)
-_H_ISO = regex.compile(rf"^\s*\[?(?P<ts>{_ISO_TS})\]?(?P<rest>.*)$")
+_H_ISO = lazy_compile(rf"^\s*\[?(?P<ts>{_ISO_TS})\]?(?P<rest>.*)$")
 # glog / c10 (torch >= 2.4 agent "I0917 04:21:41.718000 90211 path:line] msg", c10 "[E0917 04:21:41.160918398 File.cpp:632] msg")
-_H_GLOG = regex.compile(
+_H_GLOG = lazy_compile(
     r"^\[?(?P<sev>[IWEFDV])(?P<mo>\d\d)(?P<d>\d\d) (?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)\.\d{6,9}\s+(?P<rest>.*)$"
 )
 # python logging.basicConfig() default BASIC_FORMAT "%(levelname)s:%(name)s:%(message)s" (cpython Lib/logging/__init__.py)
-_H_BASIC = regex.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>[^\s:]+):(?P<msg>.*)$")
+_H_BASIC = lazy_compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>[^\s:]+):(?P<msg>.*)$")
 
 _LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|SUCCESS"
 # What follows a stamp: " - name - LEVEL - msg" (logging cookbook), " - LEVEL - name - msg" (HF examples),
 # " [LEVEL] msg", " | LEVEL    | where - msg" (loguru default), " LEVEL msg", " name: [LEVEL] msg".
 _REST = (
-    regex.compile(rf"^\s*[-|]\s*(?P<name>[^\s|]+)\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<msg>.*)$"),
-    regex.compile(rf"^\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<name>[^\s|]+)\s+[-|]\s*(?P<msg>.*)$"),
-    regex.compile(rf"^\s*\|\s*(?P<lvl>{_LEVELS})\s*\|\s*(?P<name>\S+)\s+-\s(?P<msg>.*)$"),
-    regex.compile(rf"^\s*\[(?P<lvl>{_LEVELS})\]\s*(?:\[(?P<name>[^\]]*)\]\s*)?(?P<msg>.*)$"),
-    regex.compile(rf"^\s*(?P<name>[\w.]+): \[(?P<lvl>{_LEVELS})\]\s*(?P<msg>.*)$"),
-    regex.compile(rf"^\s*[-:]?\s*(?P<lvl>{_LEVELS})\b:?\s*(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*[-|]\s*(?P<name>[^\s|]+)\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<name>[^\s|]+)\s+[-|]\s*(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*\|\s*(?P<lvl>{_LEVELS})\s*\|\s*(?P<name>\S+)\s+-\s(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*\[(?P<lvl>{_LEVELS})\]\s*(?:\[(?P<name>[^\]]*)\]\s*)?(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*(?P<name>[\w.]+): \[(?P<lvl>{_LEVELS})\]\s*(?P<msg>.*)$"),
+    lazy_compile(rf"^\s*[-:]?\s*(?P<lvl>{_LEVELS})\b:?\s*(?P<msg>.*)$"),
 )
 _SEV = {"DEBUG": Severity.DEBUG, "TRACE": Severity.DEBUG, "INFO": Severity.INFO, "SUCCESS": Severity.INFO,
         "WARNING": Severity.WARNING, "WARN": Severity.WARNING, "ERROR": Severity.ERROR,
@@ -196,64 +196,64 @@ _SEV = {"DEBUG": Severity.DEBUG, "TRACE": Severity.DEBUG, "INFO": Severity.INFO,
 # "[RANK 3]", "global_rank: 3", f"[rank {rank}/{world_size}]" leading the message, or leading what
 # a logging format puts after the level ("%(asctime)s - %(levelname)s - [rank 1/4] %(name)s - ...").
 _RANK_WORD = r"(?:[Gg]lobal[_ ]?[Rr]ank|GLOBAL_RANK|[Rr]ank|RANK)"
-_MSG_RANK = regex.compile(
+_MSG_RANK = lazy_compile(
     rf"^(?:[-|]\s+(?=\[))?(?:\[{_RANK_WORD}\s*[=:]?\s*(?P<r1>\d{{1,7}})(?:\s*/\s*\d{{1,7}})?\]"
     rf"|{_RANK_WORD}\s*[=:]\s*(?P<r2>\d{{1,7}})\b|{_RANK_WORD}\s+(?P<r3>\d{{1,7}})\s*[:|])"
     r"[\s:,|-]*"
 )
 # Lightning: log.info(f"Initializing distributed: GLOBAL_RANK: {global_rank}, MEMBER: {global_rank + 1}/{world_size}")
 # Lightning-AI/pytorch-lightning src/lightning/fabric/utilities/distributed.py (_init_dist_connection)
-_LIGHTNING_INIT = regex.compile(r"Initializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)")
+_LIGHTNING_INIT = lazy_compile(r"Initializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)")
 # A process stating its own pid ("started pid=7621 node=n1 ..."): a key=value field. Not "(pid: N)", which
 # torchrun's summaries and agents print about a worker ("exitcode  : 1 (pid: 52533)").
-_OWN_PID = regex.compile(r"(?:^|[\s\[,;|])pid=(\d{1,9})(?=[\s,;\]]|$)")
-_MSG_HOST = regex.compile(r"^\[?(?:hostname|host)\s*[=:]\s*(?P<host>[A-Za-z][\w.-]{0,62})\]?[\s:,|-]*")
+_OWN_PID = lazy_compile(r"(?:^|[\s\[,;|])pid=(\d{1,9})(?=[\s,;\]]|$)")
+_MSG_HOST = lazy_compile(r"^\[?(?:hostname|host)\s*[=:]\s*(?P<host>[A-Za-z][\w.-]{0,62})\]?[\s:,|-]*")
 
 # -- progress lines ---------------------------------------------------------------------------
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|NaN"
 # Megatron-LM megatron/training/training.py training_log(): ' iteration {:8d}/{:8d} |' ...
 # ' elapsed time per iteration (ms): {:.1f} |', ' throughput per GPU (TFLOP/s/GPU): {throughput:.1f} |',
 # ' learning rate: {learning_rate:.6E} |', ' global batch size: {batch_size:5d} |', ' {key}: {avg:.6E} |' (lm loss)
-_MEG_ITER = regex.compile(r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
-_MEG_MS = regex.compile(r"elapsed time per iteration \(ms\): (?P<ms>[\d.]+)")
-_MEG_TPUT = regex.compile(r"throughput per GPU \(TFLOP/s/GPU\): (?P<tp>[\d.]+)")
-_MEG_LR = regex.compile(r"learning rate: (?P<lr>[-+\d.Ee]+)")
-_MEG_LOSS = regex.compile(rf"\|\s*(?P<name>[\w ]*?loss): (?P<v>{_NUM}) \|")
-_MEG_GBS = regex.compile(r"global batch size:\s*(?P<gbs>\d+)")
+_MEG_ITER = lazy_compile(r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
+_MEG_MS = lazy_compile(r"elapsed time per iteration \(ms\): (?P<ms>[\d.]+)")
+_MEG_TPUT = lazy_compile(r"throughput per GPU \(TFLOP/s/GPU\): (?P<tp>[\d.]+)")
+_MEG_LR = lazy_compile(r"learning rate: (?P<lr>[-+\d.Ee]+)")
+_MEG_LOSS = lazy_compile(rf"\|\s*(?P<name>[\w ]*?loss): (?P<v>{_NUM}) \|")
+_MEG_GBS = lazy_compile(r"global batch size:\s*(?P<gbs>\d+)")
 # NeMo 2 ProgressPrinter: prefix = f"Training epoch {epoch}, iteration {n-1}/{total-1}", then
 # f' | {metric}: {val}' per metric; NVIDIA/NeMo nemo/lightning/pytorch/callbacks/progress_printer.py
-_NEMO_PRINTER = regex.compile(r"^Training epoch (?P<epoch>\d+), iteration (?P<it>\d+)/(?P<total>\d+)(?P<rest>(?: \| [^|]+)*)\s*$")
+_NEMO_PRINTER = lazy_compile(r"^Training epoch (?P<epoch>\d+), iteration (?P<it>\d+)/(?P<total>\d+)(?P<rest>(?: \| [^|]+)*)\s*$")
 # DeepSpeed engine._report_progress: log_dist(f"step={step}, skipped={self.skipped_steps}, lr={lr}, mom={mom}")
 # deepspeedai/DeepSpeed deepspeed/runtime/engine.py
-_DS_STEP = regex.compile(r"^step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[?(?P<lr>[-+\d.eE]+)")
+_DS_STEP = lazy_compile(r"^step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[?(?P<lr>[-+\d.eE]+)")
 # DeepSpeed ThroughputTimer.stop(): "epoch={}/micro_step={}/global_step={}, RunningAvgSamplesPerSec={}, CurrSamplesPerSec={}, ..."
 # deepspeed/utils/timer.py
-_DS_TPUT = regex.compile(
+_DS_TPUT = lazy_compile(
     r"epoch=(?P<epoch>\d+)/micro_step=(?P<micro>\d+)/global_step=(?P<step>\d+), RunningAvgSamplesPerSec=(?P<avg>[\d.eE+-]+), "
     r"CurrSamplesPerSec=(?P<cur>[\d.eE+-]+)"
 )
 # DeepSpeed PipelineEngine.train_batch: f'steps: {self.global_steps} loss: {loss:0.4f} ' ... f'iter time (s): {iter_time:0.3f} samples/sec: {tput:0.3f}'
 # deepspeed/runtime/pipe/engine.py
-_DS_PIPE = regex.compile(rf"^steps: (?P<step>\d+) loss: (?P<loss>{_NUM}) .*?iter time \(s\): (?P<s>[\d.]+) samples/sec: (?P<tp>[\d.]+)")
+_DS_PIPE = lazy_compile(rf"^steps: (?P<step>\d+) loss: (?P<loss>{_NUM}) .*?iter time \(s\): (?P<s>[\d.]+) samples/sec: (?P<tp>[\d.]+)")
 # DeepSpeed SynchronizedWallClockTimer.log: "time (ms)" + " | {name}: {:.2f}" per timer (deepspeed/utils/timer.py);
 # global timers 'fwd', 'bwd', 'step' (FORWARD_GLOBAL_TIMER ... in deepspeed/utils/timer.py; 'forward'/'backward' before 0.9)
-_DS_TIMERS = regex.compile(r"^time \(ms\)(?P<rest>(?: \| [\w ]+: [\d.]+)+)")
-_DS_TIMER_ITEM = regex.compile(r" \| (?P<k>[\w ]+?): (?P<v>[\d.]+)")
+_DS_TIMERS = lazy_compile(r"^time \(ms\)(?P<rest>(?: \| [\w ]+: [\d.]+)+)")
+_DS_TIMER_ITEM = lazy_compile(r" \| (?P<k>[\w ]+?): (?P<v>[\d.]+)")
 # torchtitan MetricsProcessor.log(): f"step: {step:2}  loss: {loss:8.5f}  grad_norm: {grad_norm:7.4f}  memory: {gib:5.2f}GiB({pct:.2f}%)
 #   tps: {round(tps):,}  tflops: {tflops:,.2f}  mfu: {mfu:.2f}%"  (torchtitan/components/metrics.py; 2024: "wps:", no grad_norm/tflops)
-_TITAN = regex.compile(rf"^step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM})")
-_TITAN_FIELDS = regex.compile(r"(?P<k>grad_norm|memory|tps|wps|tflops|mfu):\s*(?P<v>[\d,.]+|N/A)(?:GiB\((?P<pct>[\d.]+)%\))?")
+_TITAN = lazy_compile(rf"^step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM})")
+_TITAN_FIELDS = lazy_compile(r"(?P<k>grad_norm|memory|tps|wps|tflops|mfu):\s*(?P<v>[\d,.]+|N/A)(?:GiB\((?P<pct>[\d.]+)%\))?")
 # HF Trainer ProgressCallback.on_log: self.training_bar.write(str(logs)); PrinterCallback: print(logs)
 # huggingface/transformers src/transformers/trainer_callback.py
-_HF_DICT = regex.compile(r"^\{'(?:loss|train_runtime|eval_loss)': ")
-_HF_ITEM = regex.compile(r"'(?P<k>[\w/]+)': (?P<v>[^,}]+)")
+_HF_DICT = lazy_compile(r"^\{'(?:loss|train_runtime|eval_loss)': ")
+_HF_ITEM = lazy_compile(r"'(?P<k>[\w/]+)': (?P<v>[^,}]+)")
 # tqdm format_meter: '{l_bar}{bar}{r_bar}', l_bar='{desc}: {percentage:3.0f}%|',
 # r_bar='| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]' (tqdm/tqdm tqdm/std.py);
 # Lightning TQDMProgressBar.BAR_FORMAT "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
 # (src/lightning/pytorch/callbacks/progress/tqdm_progress.py), desc f"Epoch {trainer.current_epoch}";
 # NeMo MegatronProgressBar "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 # (nemo/lightning/pytorch/callbacks/progress_bar.py)
-_TQDM = regex.compile(
+_TQDM = lazy_compile(
     r"""^(?:(?P<desc>[^|\[\]]*?):\s*)?                 # "Epoch 0: " (desc)
         (?:(?P<pct>\d{1,3})%)?\|?[^|]*?\|?\s*            # " 45%|████▌     |" or "|" (no total) or ": "
         (?P<n>\d+)/(?P<total>\d+|\?)\s
@@ -262,26 +262,26 @@ _TQDM = regex.compile(
         (?P<post>,[^\]]*)?\]""",
     regex.VERBOSE,
 )
-_EPOCH_DESC = regex.compile(r"^Epoch (?P<epoch>\d+)$")
+_EPOCH_DESC = lazy_compile(r"^Epoch (?P<epoch>\d+)$")
 # mmengine mmengine/runner/log_processor.py LogProcessor.get_log_after_iter: f'Epoch({mode}) [{cur_epoch}][{cur_iter}/{len}]  '
 #   or f'Iter({mode}) [{cur_iter}/{max_iters}]  ', then '  '.join(f'{k}: {v}') with 'time: <s per iter>', 'loss: ...';
 # mmcv 1.x TextLoggerHook: f'Epoch [{epoch}][{inner_iter}/{len}]\t' / f'Iter [{iter}/{max_iters}]\t' ('time: ', 'loss: ')
-_MM = regex.compile(
+_MM = lazy_compile(
     r"(?:^|\s)(?:Epoch(?:\((?P<mode>train|val|test)\))? *\[(?P<epoch>\d+)\]|Iter(?:\((?P<imode>train|val|test)\))? *)"
     r"\[ *(?P<it>\d+)/(?P<total>\d+)\](?P<rest>.*)$"
 )
-_MM_TIME = regex.compile(r"(?:^|\s)time: (?P<v>\d+(?:\.\d+)?)(?:\s|$)")
-_MM_LOSS = regex.compile(rf"(?:^|\s)loss: (?P<v>{_NUM})(?:\s|,|$)")
+_MM_TIME = lazy_compile(r"(?:^|\s)time: (?P<v>\d+(?:\.\d+)?)(?:\s|$)")
+_MM_LOSS = lazy_compile(rf"(?:^|\s)loss: (?P<v>{_NUM})(?:\s|,|$)")
 # plain scripts: "step 120 loss 2.31", "Step 120/1000", "iter 120 | loss 2.31", "Epoch 1 Step 120 ..."
-_PLAIN = regex.compile(
+_PLAIN = lazy_compile(
     r"""^(?:[Ee]poch\s*[:=]?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?[\s,|:\]-]*)?
         \[?(?:[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER(?:ATION)?)\s*[:=#]?\s*(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?\]?
         (?P<rest>(?:[\s,|:\]-].*)?)$""",
     regex.VERBOSE,
 )
-_PLAIN_LOSS = regex.compile(rf"\b(?:[Ll]oss|LOSS)\s*[:=]?\s*(?P<v>{_NUM})")
-_PLAIN_TIME = regex.compile(r"\b(?:step_time|time|dt|elapsed)\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>ms|s)\b")
-_PLAIN_LR = regex.compile(r"\b(?:lr|learning[_ ]rate)\s*[:=]?\s*(?P<v>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
+_PLAIN_LOSS = lazy_compile(rf"\b(?:[Ll]oss|LOSS)\s*[:=]?\s*(?P<v>{_NUM})")
+_PLAIN_TIME = lazy_compile(r"\b(?:step_time|time|dt|elapsed)\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>ms|s)\b")
+_PLAIN_LR = lazy_compile(r"\b(?:lr|learning[_ ]rate)\s*[:=]?\s*(?P<v>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
 
 # -- checkpoint lines (framework, phase, regex, implied-end allowed) -----------------------------
 _CKPT = (
@@ -289,45 +289,45 @@ _CKPT = (
     #   f'[{ts}] saving checkpoint at iteration {iteration:7d} to {save_dir} in {ckpt_format} format' (older: no stamp)
     #   f'  [{ts}] successfully saved checkpoint from iteration {int(iteration):7d} to {args.save} [ t 0/8, p 0/4 ]'
     #   ('at iteration' before 2023; 'successfully saved local checkpoint from iteration' for local ckpts)
-    ("megatron", "start", regex.compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+?)(?: in (?P<fmt>\S+) format)?\s*$"), False),
+    ("megatron", "start", lazy_compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+?)(?: in (?P<fmt>\S+) format)?\s*$"), False),
     # NeMo nemo/lightning/io/pl.py: logging.info(f'Successfully saved checkpoint from iteration {int(iteration):7d} to {path}')
-    ("megatron", "end", regex.compile(r"[Ss]uccessfully saved (?:local )?checkpoint (?:from|at) iteration\s+(?P<it>\d+)(?: to (?P<path>\S+))?"), False),
+    ("megatron", "end", lazy_compile(r"[Ss]uccessfully saved (?:local )?checkpoint (?:from|at) iteration\s+(?P<it>\d+)(?: to (?P<path>\S+))?"), False),
     # DeepSpeed TorchCheckpointEngine.create: log_dist(f"[Torch] Checkpoint {tag} is about to be saved!", ranks=[0]);
     # commit (0.7 - 0.16): logger.info(f"[Torch] Checkpoint {tag} is ready now!")  (commented out since 0.17)
     # deepspeed/runtime/checkpoint_engine/torch_checkpoint_engine.py
-    ("deepspeed", "start", regex.compile(r"\[Torch\] Checkpoint (?P<tag>\S+) is about to be saved!"), True),
-    ("deepspeed", "end", regex.compile(r"\[Torch\] Checkpoint (?P<tag>\S+) is ready now!"), False),
+    ("deepspeed", "start", lazy_compile(r"\[Torch\] Checkpoint (?P<tag>\S+) is about to be saved!"), True),
+    ("deepspeed", "end", lazy_compile(r"\[Torch\] Checkpoint (?P<tag>\S+) is ready now!"), False),
     # DeepSpeed engine._save_checkpoint: log_dist(message=f'Saving model checkpoint: {save_path}', ...) (deepspeed/runtime/engine.py)
-    ("deepspeed", "start", regex.compile(r"Saving model checkpoint: (?P<path>\S+)"), True),
+    ("deepspeed", "start", lazy_compile(r"Saving model checkpoint: (?P<path>\S+)"), True),
     # HF Trainer._save: logger.info(f"Saving model checkpoint to {output_dir}") (src/transformers/trainer.py)
-    ("hf_trainer", "start", regex.compile(r"Saving model checkpoint to (?P<path>\S+)"), True),
+    ("hf_trainer", "start", lazy_compile(r"Saving model checkpoint to (?P<path>\S+)"), True),
     # Lightning ModelCheckpoint._update_best_and_save: f"Epoch {epoch:d}, global step {step:d}: {self.monitor!r} reached
     #   {current:0.5f} (best {best:0.5f}), saving model to {filepath!r} as top {k}" (src/lightning/pytorch/callbacks/model_checkpoint.py)
-    ("lightning", "start", regex.compile(r"Epoch (?P<epoch>\d+), global step (?P<step>\d+): .*?saving model to (?P<q>['\"])(?P<path>.+?)(?P=q)"), True),
+    ("lightning", "start", lazy_compile(r"Epoch (?P<epoch>\d+), global step (?P<step>\d+): .*?saving model to (?P<q>['\"])(?P<path>.+?)(?P=q)"), True),
     # pytorch_lightning <= 1.5 ModelCheckpoint.on_train_end: rank_zero_info("Saving latest checkpoint...")
-    ("lightning", "start", regex.compile(r"^Saving latest checkpoint\.\.\.$"), True),
+    ("lightning", "start", lazy_compile(r"^Saving latest checkpoint\.\.\.$"), True),
     # mmengine mmengine/hooks/checkpoint_hook.py CheckpointHook: runner.logger.info(f'Saving checkpoint at
     #   {runner.epoch + 1} epochs') / f'Saving checkpoint at {runner.iter + 1} iterations' (no end line)
-    ("mmengine", "start", regex.compile(r"Saving checkpoint at (?:(?P<epoch>\d+) epochs|(?P<step>\d+) iterations)\s*$"), True),
+    ("mmengine", "start", lazy_compile(r"Saving checkpoint at (?:(?P<epoch>\d+) epochs|(?P<step>\d+) iterations)\s*$"), True),
     # ai2cm/ace fme/core/generics/trainer.py _save_restart_checkpoints: logging.info(f"Saving latest checkpoint model
     #   trained for {epochs} complete epochs and {n} additional batches, or {total} total batches, with ...") (no end line)
-    ("ace", "start", regex.compile(r"Saving latest checkpoint model trained for \d+ complete epochs and \d+ additional batches, or (?P<step>\d+) total batches"), True),
+    ("ace", "start", lazy_compile(r"Saving latest checkpoint model trained for \d+ complete epochs and \d+ additional batches, or (?P<step>\d+) total batches"), True),
     # torchtitan CheckpointManager: logger.info(f"{checkpoint_phase.capitalize()} the checkpoint.") / f"Finished {phase} the
     #   checkpoint in {s:.2f} seconds." (torchtitan/components/checkpointer/dcp.py); 2025: "Saving the checkpoint (or staging if
     #   async is enabled)." / "Finished saving the checkpoint (or staging if async is enabled) in {s:.2f} seconds."
     #   (torchtitan/components/checkpoint.py); last step: "Saving a full checkpoint at last step, step {n}." / "Last step
     #   checkpoint completed in {s:.2f}s"
-    ("torchtitan", "start", regex.compile(r"^(?:Saving|Staging) the checkpoint(?: \(or staging if async is enabled\))?\.\s*$"), False),
-    ("torchtitan", "start", regex.compile(r"^Saving a (?:full|model only) checkpoint .*?at last step, step (?P<step>\d+)\."), False),
-    ("torchtitan", "end", regex.compile(r"^Finished (?:saving|staging) the checkpoint(?: \(or staging if async is enabled\))? in (?P<sec>[\d.]+) seconds"), False),
-    ("torchtitan", "end", regex.compile(r"^Last step checkpoint completed in (?P<sec>[\d.]+)s"), False),
+    ("torchtitan", "start", lazy_compile(r"^(?:Saving|Staging) the checkpoint(?: \(or staging if async is enabled\))?\.\s*$"), False),
+    ("torchtitan", "start", lazy_compile(r"^Saving a (?:full|model only) checkpoint .*?at last step, step (?P<step>\d+)\."), False),
+    ("torchtitan", "end", lazy_compile(r"^Finished (?:saving|staging) the checkpoint(?: \(or staging if async is enabled\))? in (?P<sec>[\d.]+) seconds"), False),
+    ("torchtitan", "end", lazy_compile(r"^Last step checkpoint completed in (?P<sec>[\d.]+)s"), False),
     # NeMo ModelCheckpoint (async): logging.info(f'Scheduled async checkpoint save for {filepath}') / f'Async checkpoint save for
     #   step {global_step} ({filepath}) finalized successfully.' (nemo/lightning/pytorch/callbacks/model_checkpoint.py)
-    ("nemo", "start", regex.compile(r"Scheduled async checkpoint save for (?P<path>\S+)"), False),
-    ("nemo", "end", regex.compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>[^)]*)\) finalized successfully"), False),
+    ("nemo", "start", lazy_compile(r"Scheduled async checkpoint save for (?P<path>\S+)"), False),
+    ("nemo", "end", lazy_compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>[^)]*)\) finalized successfully"), False),
 )
 _CKPT_HINT = ("checkpoint", "Checkpoint", "saving model to")
-_STEP_IN_PATH = regex.compile(r"(?:global_step|checkpoint-|iter_|step[-_=]?)(?P<n>\d+)")
+_STEP_IN_PATH = lazy_compile(r"(?:global_step|checkpoint-|iter_|step[-_=]?)(?P<n>\d+)")
 
 
 @dataclass
@@ -918,9 +918,13 @@ class _Parser:
         if self.errors >= MAX_ERRORS:
             return
         if self._others is None:
+            from crashscope import catalogs
             from crashscope.sources import LINE_SOURCES
 
-            self._others = [regex.compile(s.prefilter) for s in LINE_SOURCES if s.name != "applog"]
+            # The catalog's prefilter is a trie of literals: the catalogs' stdlib ``re`` copy
+            # (built for their own matching) says the same as ``regex`` and compiles 4x faster.
+            self._others = [catalogs.load().quick if s.name == "catalog" else regex.compile(s.prefilter)
+                            for s in LINE_SOURCES if s.name != "applog"]
         sig = hdr.level + ":" + regex.sub(r"\d+", "#", msg[:120])
         if any(rx.search(raw) for rx in self._others):
             # A traceback, NCCL or c10 line: its own source reports it. The stamp is kept as an

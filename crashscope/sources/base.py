@@ -17,13 +17,58 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence, cast
 from zoneinfo import ZoneInfo
 
 import polars as pl
 import regex
 
 from crashscope.schema import EVENT_SCHEMA, Kind, Severity, TimeQuality
+
+
+class LazyPattern:
+    """A module-level pattern compiled the first time it is used.
+
+    The sources hold ~330 module-level ``regex`` patterns; compiling them all when
+    ``crashscope.sources`` was imported cost every process ~0.45 s CPU (``regex`` parses in
+    Python), and a small job uses about a third of them. The first attribute access
+    (``.search``, ``.match``, ...) compiles; each bound method handed out is then kept in the
+    instance's ``__dict__``, so later calls find it without ``__getattr__`` and a hot loop's
+    ``_RX.match(line)`` costs what it did with the real pattern object. ``pattern`` is known
+    without compiling. Pass ``.compiled`` where a real ``regex.Pattern`` is required.
+    """
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self._flags = flags
+
+    @property
+    def compiled(self) -> Any:
+        rx = self.__dict__.get("_rx")
+        if rx is None:
+            rx = self.__dict__["_rx"] = regex.compile(self.pattern, self._flags)
+        return rx
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_rx", "_flags", "pattern"):
+            raise AttributeError(name)
+        value = getattr(self.compiled, name)
+        if callable(value):
+            self.__dict__[name] = value
+        return value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LazyPattern, (self.pattern, self._flags))
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r})"
+
+
+def lazy_compile(pattern: str, flags: int = 0) -> regex.Pattern[str]:
+    """``regex.compile``, compiled on first use (see LazyPattern); duck-types ``regex.Pattern``
+    for its methods."""
+    return cast("regex.Pattern[str]", LazyPattern(pattern, flags))
+
 
 UTC = timezone.utc
 
@@ -52,7 +97,7 @@ FOLD_AFTER = 8
 # minute, a bounded step series): their times are the point, so they never fold.
 SERIES_KINDS = frozenset({Kind.GPU_TELEMETRY.value, Kind.TRAIN_STEP.value, Kind.ACTIVITY.value, Kind.CHECKPOINT.value})
 MAX_ATTRS_CHARS = 64 * 1024  # longer attrs JSON: long strings in it are cut
-_HOSTNAME = regex.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_HOSTNAME = lazy_compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +466,7 @@ def iso_to_ns(text: str, ctx: ParseContext | None = None) -> tuple[int | None, T
         return None, TimeQuality.MISSING
 
 
-_ISO = regex.compile(
+_ISO = lazy_compile(
     r"""(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)
         (?:[.,](?P<frac>\d{1,9}))?
         (?P<zone>Z|[+-]\d\d:?\d\d)?""",
@@ -441,8 +486,8 @@ def short_host(host: str) -> str:
     return host.split(".", 1)[0]
 
 
-_IPV4 = regex.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-_PCI = regex.compile(r"(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
+_IPV4 = lazy_compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_PCI = lazy_compile(r"(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
 
 
 def normalize_pci(text: str) -> str | None:
@@ -478,7 +523,7 @@ class LinePrefix:
     rank: int | None = None  # c10 / python [rank3]:
 
 
-_PREFIX = regex.compile(
+_PREFIX = lazy_compile(
     r"""^(?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
         (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
         (?:\[rank(?P<rank>\d+)\]:\s?)?                 # c10 / python "[rank3]:"

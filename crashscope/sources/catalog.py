@@ -43,27 +43,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import regex
 
 from crashscope import catalogs
 from crashscope.schema import TimeQuality
 from crashscope.sources.base import MONTHS, LineSource, ParseContext, feed_guarded, iso_to_ns, normalize_pci, split_prefix
+from crashscope.sources.base import lazy_compile
 
 _MON = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
-_GREP = regex.compile(r"^(?:\./)?(?:[\w.@+-]+/)*[\w.@+-]+\.(?:log|out|err|txt|stdout|stderr|json)(?:\.\d+)?(?::\d+)?[:-](?!\d)")
-_CRI = regex.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
-_ISO = regex.compile(
+_GREP = lazy_compile(r"^(?:\./)?(?:[\w.@+-]+/)*[\w.@+-]+\.(?:log|out|err|txt|stdout|stderr|json)(?:\.\d+)?(?::\d+)?[:-](?!\d)")
+_CRI = lazy_compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
+_ISO = lazy_compile(
     r"^\[?(?P<ts>\d{4}-\d\d-\d\d(?P<sep>[T ])\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?P<zone>Z|[+-]\d\d:?\d\d)?)\]?(?:\s+|,\s*|\s*-\s+|:\s)"
 )
-_BSD = regex.compile(
+_BSD = lazy_compile(
     rf"^(?P<mon>{_MON}) {{1,2}}(?P<d>\d{{1,2}}) (?P<hh>\d\d):(?P<mm>\d\d):(?P<ss>\d\d)(?:\.(?P<frac>\d{{1,9}}))? "
 )
-_HOST_IDENT = regex.compile(r"^(?P<host>[\w.:-]+) (?P<ident>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
-_MONO = regex.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
-_MPI = regex.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
-_NCCL = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+_HOST_IDENT = lazy_compile(r"^(?P<host>[\w.:-]+) (?P<ident>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+_MONO = lazy_compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
+_MPI = lazy_compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")
+_NCCL = lazy_compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 # Python logging: "%(asctime)s - %(name)s - %(levelname)s - " and basicConfig "LEVEL:name:".
-_PYLOG = regex.compile(
+_PYLOG = lazy_compile(
     r"^(?:-\s+)?(?:[\w.\[\]-]+\s+-\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+|^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
 )
 

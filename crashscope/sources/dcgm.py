@@ -60,11 +60,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import regex
 
 from crashscope.schema import Kind, Severity
 from crashscope.sources.base import FileSource, ParseContext, decode, normalize_pci
 from crashscope.sources.nvidia_smi import SERIOUS_MASK, reason_names
+from crashscope.sources.base import lazy_compile
 
 HOT_C = 83
 
@@ -97,12 +97,12 @@ _ECC_KEYS = {"ecc_dbe_volatile": "volatile_uncorrected", "ecc_sbe_volatile": "vo
              "remapped_uncorrectable": "remapped_uncorrectable", "remapped_correctable": "remapped_correctable",
              "remap_pending": "remap_pending", "remap_failure": "remap_failure"}
 
-_DMON_HEAD = regex.compile(r"^#Entity\s+(?P<cols>.*)$")
-_DMON_ROW = regex.compile(r"^(?P<group>GPU|GPU-I|GPU-CI|SW|CPU|CPU-CORE|LINK|GPU \d+ LINK|SW \d+ LINK)\s+(?P<id>\d+)\s+(?P<vals>.*)$")
-_PROM = regex.compile(r"^(?P<name>DCGM_FI_[A-Z0-9_]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<val>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
-_LABEL = regex.compile(r'(?P<k>[A-Za-z_][A-Za-z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
-_TREE_ROW = regex.compile(r"^\|\s(?P<left>.*?)\s\|\s(?P<right>.*?)\s*\|\s*$")
-_HEALTH_XID = regex.compile(r"Detected XID (?P<xid>\d+) for GPU (?P<gpu>\d+)")
+_DMON_HEAD = lazy_compile(r"^#Entity\s+(?P<cols>.*)$")
+_DMON_ROW = lazy_compile(r"^(?P<group>GPU|GPU-I|GPU-CI|SW|CPU|CPU-CORE|LINK|GPU \d+ LINK|SW \d+ LINK)\s+(?P<id>\d+)\s+(?P<vals>.*)$")
+_PROM = lazy_compile(r"^(?P<name>DCGM_FI_[A-Z0-9_]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<val>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
+_LABEL = lazy_compile(r'(?P<k>[A-Za-z_][A-Za-z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
+_TREE_ROW = lazy_compile(r"^\|\s(?P<left>.*?)\s\|\s(?P<right>.*?)\s*\|\s*$")
+_HEALTH_XID = lazy_compile(r"Detected XID (?P<xid>\d+) for GPU (?P<gpu>\d+)")
 
 
 class DcgmSource(FileSource):

@@ -42,6 +42,7 @@ import regex
 
 from crashscope.schema import Kind
 from crashscope.sources.base import LineSource, ParseContext, feed_guarded, split_prefix
+from crashscope.sources.base import lazy_compile
 
 KEPT_PREFIXES = ("NCCL", "TORCH", "TORCHELASTIC", "PYTORCH", "CUDA", "NVIDIA", "SLURM", "SLURMD", "GLOO", "UCX",
                  "FI", "OMPI", "MELLANOX")
@@ -54,17 +55,17 @@ PREFILTER = (
     r"|RANK|LOCAL_RANK|WORLD_SIZE|GROUP_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)="
 )
 
-_LINE = regex.compile(
+_LINE = lazy_compile(
     r"""^(?:declare\ -x\ |export\ )?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=
         (?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'|(?P<raw>.*))\s*$""",
     regex.VERBOSE,
 )
-_ANY_ENV = regex.compile(r"^(?:\s*\d{1,6}: )?(?:declare -x |export )?[A-Za-z_][A-Za-z0-9_]*=")
-_SECRET_KEY = regex.compile(
+_ANY_ENV = lazy_compile(r"^(?:\s*\d{1,6}: )?(?:declare -x |export )?[A-Za-z_][A-Za-z0-9_]*=")
+_SECRET_KEY = lazy_compile(
     r"(?i)TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|JWT|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE|CERT|APIKEY|API_KEY"
     r"|ACCESS_KEY|(?:^|_)KEY(?:_|$)|(?:^|_)PWD$"
 )
-_SECRET_VALUE = regex.compile(
+_SECRET_VALUE = lazy_compile(
     r"^(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|xox[abprs]-"
     r"|sk-[A-Za-z0-9_-]{20,}|glpat-|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.)"
 )

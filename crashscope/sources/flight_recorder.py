@@ -58,6 +58,7 @@ import regex
 
 from crashscope.schema import Kind
 from crashscope.sources.base import FileSource, ParseContext, decode, load_json
+from crashscope.sources.base import lazy_compile
 
 MAX_ENTRIES = 100_000  # the ring buffer is 2000 by default; a bigger one is cut here
 MAX_FRAMES = 64
@@ -69,14 +70,14 @@ STATES = ("scheduled", "started", "completed")
 
 # Head of a pickle: PROTO opcode (0x80) and protocol 2..5, as the ingest's sniff text shows it
 # (invalid UTF-8 bytes become "\\x80"). The key names are plain UTF-8 in the pickle.
-_PICKLE_HEAD = regex.compile(r"^(?:\\x80|\x80)[\x02-\x05]")
+_PICKLE_HEAD = lazy_compile(r"^(?:\\x80|\x80)[\x02-\x05]")
 _HEAD_KEYS = ("pg_config", "pg_status", "entries", "collective_seq_id", "profiling_name", "nccl_trace", "comm_lib_version")
-_JSON_HEAD = regex.compile(r'^\s*\{\s*"')
+_JSON_HEAD = lazy_compile(r'^\s*\{\s*"')
 _RANK_IN_NAME = (
-    regex.compile(r"(?:rank|_dump)[-_.]?(\d{1,7})(?:\.(?:json|pkl|pickle))?$", regex.IGNORECASE),
-    regex.compile(r"(\d{1,7})(?:\.(?:json|pkl|pickle))?$"),  # fr_trace: <prefix><rank>
+    lazy_compile(r"(?:rank|_dump)[-_.]?(\d{1,7})(?:\.(?:json|pkl|pickle))?$", regex.IGNORECASE),
+    lazy_compile(r"(\d{1,7})(?:\.(?:json|pkl|pickle))?$"),  # fr_trace: <prefix><rank>
 )
-_RANKS = regex.compile(r"\d{1,7}")
+_RANKS = lazy_compile(r"\d{1,7}")
 
 
 class _NoGlobals(pickle.Unpickler):

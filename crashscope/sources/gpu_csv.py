@@ -43,11 +43,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import polars as pl
-import regex
 
 from crashscope.schema import Kind, Severity
 from crashscope.sources.base import FileSource, ParseContext, decode, normalize_pci
 from crashscope.sources.nvidia_smi import REASON_BITS, SERIOUS_MASK, reason_names
+from crashscope.sources.base import lazy_compile
 
 # Query-name aliases to the canonical header name nvidia-smi prints.
 _ALIASES = {
@@ -111,9 +111,9 @@ _KNOWN_PREFIXES = ("temperature.", "power.", "clocks.", "clocks_event_reasons.",
 
 _SENTINELS = ["[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[GPU requires reset]", "[Insufficient Permissions]",
               "[Unknown]", "Not Supported", ""]
-_UNIT = regex.compile(r"\s*\[[^\]]*\]\s*$")
+_UNIT = lazy_compile(r"\s*\[[^\]]*\]\s*$")
 _NUM_RE = r"^\s*(-?\d+(?:\.\d+)?)"
-_DATA_TS = regex.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?, ")
+_DATA_TS = lazy_compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?, ")
 # the ECC facts a gpu_ecc event carries, with the nvidia_smi attrs names
 _ECC_KEYS = {
     "ecc_uncorrected_volatile": "volatile_uncorrected",

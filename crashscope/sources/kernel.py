@@ -62,6 +62,7 @@ import regex
 
 from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import MONTHS, LineSource, feed_guarded, ParseContext, iso_to_ns, normalize_pci, split_prefix
+from crashscope.sources.base import lazy_compile
 
 # -- Xid catalog (shared/reference/kernel-and-xid.md §2.3, NVIDIA Xid catalog, Ampere+) ------
 # code: (mnemonic, description, immediate action, crashscope category). Mnemonics the
@@ -233,11 +234,11 @@ PREFILTER = "|".join(_PREFILTER_PARTS)
 
 # -- containers --------------------------------------------------------------------------------
 _MON = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
-_KMSG = regex.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
-_RAWPRIO = regex.compile(r"^<\d{1,3}>")
+_KMSG = lazy_compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+_RAWPRIO = lazy_compile(r"^<\d{1,3}>")
 # dmesg -x: facility and level names padded with spaces, e.g. "kern  :err   : "
-_DMESG_X = regex.compile(r"^(?P<fac>[a-z]+[0-9]?)\s*:(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*:\s")
-_WALL = regex.compile(
+_DMESG_X = lazy_compile(r"^(?P<fac>[a-z]+[0-9]?)\s*:(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*:\s")
+_WALL = lazy_compile(
     rf"""^(?:
         (?P<iso>\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{{1,9}})?(?:Z|[+-]\d\d:?\d\d)?)        # dmesg iso / short-iso / RFC 3339
       | (?P<bsd>(?P<bmon>{_MON})\s{{1,2}}(?P<bday>\d{{1,2}})\s(?P<bh>\d\d):(?P<bm>\d\d):(?P<bs>\d\d)(?:\.(?P<bfrac>\d{{1,9}}))?)  # syslog / journal short
@@ -245,12 +246,12 @@ _WALL = regex.compile(
     )\s?""",
     regex.VERBOSE,
 )
-_MONO = regex.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
-_CALLER = regex.compile(r"^\[\s*[TC]\d+\]\s?")
-_HOST_KERNEL = regex.compile(r"^(?P<host>[\w.:-]+)\skernel:\s?")
+_MONO = lazy_compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
+_CALLER = lazy_compile(r"^\[\s*[TC]\d+\]\s?")
+_HOST_KERNEL = lazy_compile(r"^(?P<host>[\w.:-]+)\skernel:\s?")
 # Another daemon's syslog line: "host ident[pid]: " (bsd stamps always have host+ident).
-_HOST_OTHER = regex.compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)(?:\[\d+\])?:\s")
-_HOST_OTHER_PID = regex.compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)\[\d+\]:\s")
+_HOST_OTHER = lazy_compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)(?:\[\d+\])?:\s")
+_HOST_OTHER_PID = lazy_compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)\[\d+\]:\s")
 
 
 @dataclass(slots=True)
@@ -269,7 +270,7 @@ def _frac_ns(frac: str | None) -> int:
 
 # `grep -r ... /var/log` output: "messages:Jun 17 20:18:09 host kernel: ...", "kern.log.1:...",
 # "logs/node3/dmesg.txt:120:[ 12.3] ..." (the file, an optional line number, no space after the colon)
-_GREP_PREFIX = regex.compile(
+_GREP_PREFIX = lazy_compile(
     r"^(?:\./)?(?:[\w.@+-]+/)*(?:messages|syslog|kern\.log|kernel\.log|dmesg|journal|[\w.@+-]+\.(?:log|txt|out))(?:[.-]\d+)?(?::\d+)?:(?=[A-Z\[<0-9])"
 )
 
@@ -370,14 +371,14 @@ def _json_line(text: str, ctx: ParseContext, n: int | None) -> _Line | None:
 # -- message patterns ------------------------------------------------------------------------------
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
-_LINUX_VERSION = regex.compile(r"^Linux version (?P<kernel>\S+)")
-_NVRM_LOAD = regex.compile(
+_LINUX_VERSION = lazy_compile(r"^Linux version (?P<kernel>\S+)")
+_NVRM_LOAD = lazy_compile(
     r"""NVRM(?::\ loading|\ version:)\ NVIDIA\ UNIX\s
         (?:Open\ Kernel\ Module\ for\ (?P<arch_open>\S+)|(?P<arch>\S+)\ Kernel\ Module)
         \s+(?P<ver>\d+\.\d+(?:\.\d+)?)\b""",
     regex.VERBOSE,
 )
-_XID = regex.compile(
+_XID = lazy_compile(
     r"""NVRM:\ Xid\ \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})
         (?:\ GPU-I:(?P<gi>\d+))?(?:\ GPU-CI:(?P<ci>\d+))?\):\s*
         (?P<xid>\d+)
@@ -386,88 +387,88 @@ _XID = regex.compile(
         (?:,\s*(?P<text>.*))?$""",
     regex.VERBOSE,
 )
-_XID154 = regex.compile(r"recovery action changed from (?P<from>0x[0-9a-fA-F]+) \((?P<from_name>[^)]*)\) to (?P<to>0x[0-9a-fA-F]+) \((?P<to_name>[^)]*)\)")
-_GPU_UUID = regex.compile(r"NVRM: GPU at PCI:(?P<pci>" + _BDF + r"): (?P<uuid>GPU-[0-9a-fA-F-]{36})")
-_GPU_FALLEN = regex.compile(r"NVRM: GPU (?:at PCI:)?(?P<pci>" + _BDF + r"):? (?P<what>GPU has fallen off the bus|RmInitAdapter failed!?)")
-_SXID = regex.compile(r"(?:nvidia-nvswitch(?P<sw>\d+): )?SXid \(PCI:(?P<pci>" + _BDF + r")\): (?P<sxid>\d+),\s*(?P<text>.*)$")
+_XID154 = lazy_compile(r"recovery action changed from (?P<from>0x[0-9a-fA-F]+) \((?P<from_name>[^)]*)\) to (?P<to>0x[0-9a-fA-F]+) \((?P<to_name>[^)]*)\)")
+_GPU_UUID = lazy_compile(r"NVRM: GPU at PCI:(?P<pci>" + _BDF + r"): (?P<uuid>GPU-[0-9a-fA-F-]{36})")
+_GPU_FALLEN = lazy_compile(r"NVRM: GPU (?:at PCI:)?(?P<pci>" + _BDF + r"):? (?P<what>GPU has fallen off the bus|RmInitAdapter failed!?)")
+_SXID = lazy_compile(r"(?:nvidia-nvswitch(?P<sw>\d+): )?SXid \(PCI:(?P<pci>" + _BDF + r")\): (?P<sxid>\d+),\s*(?P<text>.*)$")
 
 # "mlx5_core 0000:17:00.0: [port_module:252:(pid 0): ]Port module event[error]: module 0, Cable error, High Temperature"
 _DEV_PREFIX = r"(?P<driver>[\w-]+)(?:\ (?P<dev>" + _BDF + r"))?(?:\ (?P<ifname>[\w.@-]+))?:\ (?:\w+:\d+:\(pid\ \d+\):\ )?"
-_PORT_MODULE = regex.compile(
+_PORT_MODULE = lazy_compile(
     _DEV_PREFIX + r"Port\ module\ event(?P<err>\[error\])?:\ module\ (?P<module>\d+),\ (?P<status>[^,]+)(?:,\ (?P<error>.+))?$",
     regex.VERBOSE,
 )
-_NETDEV_LINK = regex.compile(r"(?P<driver>[\w-]+) (?P<dev>" + _BDF + r") (?P<ifname>[\w.@-]+): Link (?P<state>down|up)\b")
-_NIC_LINK = regex.compile(r"(?:(?P<driver>[\w-]+) (?P<dev>" + _BDF + r")(?: (?P<ifname>[\w.@-]+))?:|(?P<ifname2>[\w.@-]+):?) NIC Link is (?P<state>Up|Down)")
-_MLX5_HEALTH = regex.compile(_DEV_PREFIX + r"(?P<what>device's\ health\ compromised|Fatal\ error\ (?P<code>\d+)\ detected)", regex.VERBOSE)
+_NETDEV_LINK = lazy_compile(r"(?P<driver>[\w-]+) (?P<dev>" + _BDF + r") (?P<ifname>[\w.@-]+): Link (?P<state>down|up)\b")
+_NIC_LINK = lazy_compile(r"(?:(?P<driver>[\w-]+) (?P<dev>" + _BDF + r")(?: (?P<ifname>[\w.@-]+))?:|(?P<ifname2>[\w.@-]+):?) NIC Link is (?P<state>Up|Down)")
+_MLX5_HEALTH = lazy_compile(_DEV_PREFIX + r"(?P<what>device's\ health\ compromised|Fatal\ error\ (?P<code>\d+)\ detected)", regex.VERBOSE)
 
-_NFS = regex.compile(r"(?P<prog>[\w.-]+): server (?P<server>\S+) (?:not responding, (?P<how>still trying|timed out)|(?P<ok>OK))\s*$")
-_LUSTRE_LOST = regex.compile(
+_NFS = lazy_compile(r"(?P<prog>[\w.-]+): server (?P<server>\S+) (?:not responding, (?P<how>still trying|timed out)|(?P<ok>OK))\s*$")
+_LUSTRE_LOST = lazy_compile(
     r"""(?P<obd>\S+):\ Connection\ to\ (?:service\ )?(?P<target>\S*)\ (?:\(at\ (?P<nid>[^)]+)\)|via\ nid\ (?P<nid2>\S+))
         \ was\ lost;\ in\ progress\ operations\ using\ this\ service\ will\ (?P<will>wait|fail)""",
     regex.VERBOSE,
 )
-_LUSTRE_RESTORED = regex.compile(r"(?P<obd>\S+): Connection restored to (?:service )?(?P<target>\S*)\s*(?:\(at (?P<nid>[^)]+)\)|using nid (?P<nid2>\S+?)\.?$)")
-_LUSTRE_EVICTED = regex.compile(r"(?P<obd>\S+): This client was evicted by (?P<target>[^;\s]+)")
-_LUSTRE_EXPIRE = regex.compile(
+_LUSTRE_RESTORED = lazy_compile(r"(?P<obd>\S+): Connection restored to (?:service )?(?P<target>\S*)\s*(?:\(at (?P<nid>[^)]+)\)|using nid (?P<nid2>\S+?)\.?$)")
+_LUSTRE_EVICTED = lazy_compile(r"(?P<obd>\S+): This client was evicted by (?P<target>[^;\s]+)")
+_LUSTRE_EXPIRE = lazy_compile(
     r"""Request\ sent\ has\ (?P<what>timed\ out|failed\ due\ to\ network\ error)(?:\ for\ (?P<why>[\w ]+?))?:
         .*?\ o(?P<opc>\d+)->(?P<obd>[^@\s]+)@(?P<nid>[^:\s]+):""",
     regex.VERBOSE,
 )
-_LUSTRE_OPFAIL = regex.compile(r"(?P<obd>\S+): operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc = (?P<rc>-?\d+)")
-_LUSTRE_OBD_TARGET = regex.compile(r"^(?P<target>.+?)-(?:osc|mdc|lwp|mgc|osp)-")
+_LUSTRE_OPFAIL = lazy_compile(r"(?P<obd>\S+): operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc = (?P<rc>-?\d+)")
+_LUSTRE_OBD_TARGET = lazy_compile(r"^(?P<target>.+?)-(?:osc|mdc|lwp|mgc|osp)-")
 
-_HUNG = regex.compile(r"INFO: task (?P<comm>.+):(?P<pid>\d+) blocked for more than (?P<sec>\d+) seconds\.")
-_FRAME = regex.compile(r"^\s*(?:\[<[0-9a-fA-F]+>\]\s*)?(?:\?\s+)?(?P<sym>[\w.$]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?:\s+\[(?P<mod>[\w-]+)\])?")
-_HUNG_CONT = regex.compile(r"Call Trace:|hung_task_timeout_secs|^task:\S+ +state:")
+_HUNG = lazy_compile(r"INFO: task (?P<comm>.+):(?P<pid>\d+) blocked for more than (?P<sec>\d+) seconds\.")
+_FRAME = lazy_compile(r"^\s*(?:\[<[0-9a-fA-F]+>\]\s*)?(?:\?\s+)?(?P<sym>[\w.$]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?:\s+\[(?P<mod>[\w-]+)\])?")
+_HUNG_CONT = lazy_compile(r"Call Trace:|hung_task_timeout_secs|^task:\S+ +state:")
 # 32-bit ARM unwinder (arch/arm/kernel/traps.c dump_backtrace_entry):
 # "[<%08lx>] (%ps) from [<%08lx>] (%pS)": the function, then its caller with offset.
-_ARM_FRAME = regex.compile(
+_ARM_FRAME = lazy_compile(
     r"^\s*\[<[0-9a-fA-F]+>\] \((?P<sym>[\w.$]+)(?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[(?P<mod>[\w-]+)\])?\)"
     r" from \[<[0-9a-fA-F]+>\] \((?P<csym>[\w.$]+)(?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[(?P<cmod>[\w-]+)\])?\)"
 )
 
-_OOM_INVOKED = regex.compile(r"^(?P<comm>.+?) invoked oom-killer: ")
-_OOM_KILL = regex.compile(r"oom-kill:(?P<kv>constraint=.*)$")
-_OOM_KV = regex.compile(r"(?P<k>\w+)=(?P<v>[^,]*(?:,(?!\w+=)[^,]*)*)")
-_OOM_KILLED = regex.compile(
+_OOM_INVOKED = lazy_compile(r"^(?P<comm>.+?) invoked oom-killer: ")
+_OOM_KILL = lazy_compile(r"oom-kill:(?P<kv>constraint=.*)$")
+_OOM_KV = lazy_compile(r"(?P<k>\w+)=(?P<v>[^,]*(?:,(?!\w+=)[^,]*)*)")
+_OOM_KILLED = lazy_compile(
     r"""(?P<memcg>Memory\ cgroup\ out\ of\ memory:\ )?(?:Out\ of\ memory:\ )?(?:Out\ of\ memory\ \(oom_kill_allocating_task\):\ )?
         Kill(?P<done>ed)?\ process\ (?P<pid>\d+)\ \((?P<comm>[^)]*)\)(?P<rest>.*)$""",
     regex.VERBOSE,
 )
-_ANON_RSS = regex.compile(r"anon-rss:(?P<kb>\d+)kB")
-_SLURM_JOB = regex.compile(r"job_(?P<job>\d+)")
-_SLURM_STEP = regex.compile(r"step_(?P<step>[\w]+?)(?:/|$|,)")
-_SLURM_TASK = regex.compile(r"task_(?P<task>\d+)")
+_ANON_RSS = lazy_compile(r"anon-rss:(?P<kb>\d+)kB")
+_SLURM_JOB = lazy_compile(r"job_(?P<job>\d+)")
+_SLURM_STEP = lazy_compile(r"step_(?P<step>[\w]+?)(?:/|$|,)")
+_SLURM_TASK = lazy_compile(r"task_(?P<task>\d+)")
 
 # Old kernels: "AER: Corrected error received: 0000:18:00.0" / "id=0018"; since ~6.8:
 # "AER: Correctable error message received from 0000:18:00.0".
-_AER = regex.compile(
+_AER = lazy_compile(
     r"""(?:(?P<driver>[\w-]+)\ (?P<dev>""" + _BDF + r"""):\ )?AER:\ (?P<multi>Multiple\ )?
         (?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?:\ \((?P<fatal>Fatal|Non-Fatal)\))?
         \ error(?:\ message)?\ received(?::\ |\ from\ )(?P<src>(?:id=)?[0-9a-fA-F:.]+)""",
     regex.VERBOSE,
 )
 _AER_SEVERITY = {"corrected": Severity.WARNING, "non_fatal": Severity.ERROR, "fatal": Severity.CRITICAL}
-_AER_DETAIL = regex.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+)")
+_AER_DETAIL = lazy_compile(r"PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+)")
 
-_MCE = regex.compile(r"mce: \[Hardware Error\]: CPU (?P<cpu>\d+): Machine Check(?: Exception)?: (?P<code>\S+) Bank (?P<bank>\d+): (?P<status>[0-9a-fA-F]{16})")
-_MCE_CONT = regex.compile(r"mce: \[Hardware Error\]: (?:TSC \S+ )?(?:ADDR (?P<addr>[0-9a-fA-F]+))?")
-_MCE_LOGGED = regex.compile(r"Machine check events logged")
-_EDAC = regex.compile(r"EDAC (?P<mc>\S+?): (?P<count>\d+) (?P<kind>CE|UE) (?P<what>.*?)(?: on (?P<loc>\S+))?(?: \(.*)?$")
+_MCE = lazy_compile(r"mce: \[Hardware Error\]: CPU (?P<cpu>\d+): Machine Check(?: Exception)?: (?P<code>\S+) Bank (?P<bank>\d+): (?P<status>[0-9a-fA-F]{16})")
+_MCE_CONT = lazy_compile(r"mce: \[Hardware Error\]: (?:TSC \S+ )?(?:ADDR (?P<addr>[0-9a-fA-F]+))?")
+_MCE_LOGGED = lazy_compile(r"Machine check events logged")
+_EDAC = lazy_compile(r"EDAC (?P<mc>\S+?): (?P<count>\d+) (?P<kind>CE|UE) (?P<what>.*?)(?: on (?P<loc>\S+))?(?: \(.*)?$")
 
-_PANIC = regex.compile(r"Kernel panic - not syncing: ?(?P<reason>.*)$")
-_OOPS = regex.compile(r"BUG: (?P<reason>unable to handle .*|kernel NULL pointer dereference.*)$")
-_SOFT_LOCKUP = regex.compile(r"BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<sec>\d+)s! \[(?P<comm>.*):(?P<pid>\d+)\]")
-_HARD_LOCKUP = regex.compile(r"Watchdog detected hard LOCKUP on cpu (?P<cpu>\d+)")
-_RCU_STALL = regex.compile(r"INFO: (?P<flavor>rcu_\w+) (?:self-)?detected stalls? on CPU")
+_PANIC = lazy_compile(r"Kernel panic - not syncing: ?(?P<reason>.*)$")
+_OOPS = lazy_compile(r"BUG: (?P<reason>unable to handle .*|kernel NULL pointer dereference.*)$")
+_SOFT_LOCKUP = lazy_compile(r"BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<sec>\d+)s! \[(?P<comm>.*):(?P<pid>\d+)\]")
+_HARD_LOCKUP = lazy_compile(r"Watchdog detected hard LOCKUP on cpu (?P<cpu>\d+)")
+_RCU_STALL = lazy_compile(r"INFO: (?P<flavor>rcu_\w+) (?:self-)?detected stalls? on CPU")
 
-_SEGV = regex.compile(
+_SEGV = lazy_compile(
     r"""(?P<comm>[^\s\[]+(?:\ [^\s\[]+)*)\[(?P<pid>\d+)\]:\ segfault\ at\ (?P<addr>[0-9a-fA-F]+)\ ip\ (?P<ip>[0-9a-fA-F]+)
         \ sp\ (?P<sp>[0-9a-fA-F]+)\ error\ (?P<err>[0-9a-fA-F]+)(?:\ in\ (?P<lib>[^\[\s]+)\[)?""",
     regex.VERBOSE,
 )
-_TRAP = regex.compile(r"traps: (?P<comm>[^\[]+)\[(?P<pid>\d+)\] (?P<what>general protection fault|trap [\w ]+?) ip:(?P<ip>[0-9a-fA-F]+)(?:.*? in (?P<lib>[^\[\s]+)\[)?")
+_TRAP = lazy_compile(r"traps: (?P<comm>[^\[]+)\[(?P<pid>\d+)\] (?P<what>general protection fault|trap [\w ]+?) ip:(?P<ip>[0-9a-fA-F]+)(?:.*? in (?P<lib>[^\[\s]+)\[)?")
 
 _SCHED_FRAMES = {
     "__schedule", "schedule", "schedule_timeout", "io_schedule", "io_schedule_timeout", "schedule_preempt_disabled",
@@ -989,7 +990,7 @@ class _Parser:
 
 
 # -- sniffing ------------------------------------------------------------------------------------
-_SNIFF_KERNEL = regex.compile(
+_SNIFF_KERNEL = lazy_compile(
     rf"""^(?:<\d{{1,3}}>)?(?:[a-z]+\d?\s*:[a-z]+\s*:\s)?(?:
         \[\s*\d+\.\d{{6}}\]\s                                                  # dmesg raw
       | \[[A-Z][a-z]{{2}}\s(?:{_MON})\s{{1,2}}\d{{1,2}}\s\d\d:\d\d:\d\d\s\d{{4}}\]\s  # dmesg -T
@@ -999,8 +1000,8 @@ _SNIFF_KERNEL = regex.compile(
     )""",
     regex.VERBOSE,
 )
-_SNIFF_SYSLOG = regex.compile(rf"^(?:(?:{_MON})\s{{1,2}}\d{{1,2}}\s\d\d:\d\d:\d\d(?:\.\d+)?|\d{{4}}-\d\d-\d\dT\S+)\s\S+\s[^\s:\[]+(?:\[\d+\])?:\s")
-_SNIFF_STRONG = regex.compile(r"\[\s*0\.000000\] Linux version |NVRM: Xid \(|NVRM: loading NVIDIA|_TRANSPORT\"\s*:\s*\"kernel\"")
+_SNIFF_SYSLOG = lazy_compile(rf"^(?:(?:{_MON})\s{{1,2}}\d{{1,2}}\s\d\d:\d\d:\d\d(?:\.\d+)?|\d{{4}}-\d\d-\d\dT\S+)\s\S+\s[^\s:\[]+(?:\[\d+\])?:\s")
+_SNIFF_STRONG = lazy_compile(r"\[\s*0\.000000\] Linux version |NVRM: Xid \(|NVRM: loading NVIDIA|_TRANSPORT\"\s*:\s*\"kernel\"")
 
 
 def sniff_kernel(head: str) -> float:

@@ -73,6 +73,7 @@ import regex
 
 from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import LineSource, feed_guarded, ParseContext, epoch_ns, pci_from_nccl_busid, split_prefix
+from crashscope.sources.base import lazy_compile
 
 # Rust-regex and Python-regex compatible. Matches WARN lines and only the structured INFO
 # payloads; "NCCL INFO Channel 00/0 : ..." and other chatter must not match.
@@ -95,7 +96,7 @@ PREFILTER = (
     r"|NCCL INFO [\w./+-]+\.(?:cc|cu|cpp|c|h):\d+ (?:\([^)]*\) )?-> \d"
 )
 
-_PREFIX = regex.compile(
+_PREFIX = lazy_compile(
     r"""(?:\[(?P<ts>[^\]]{4,64})\]\ )?                     # default "[%F %T] " (>= 2.26)
         (?P<host>[^\s:\[\]]+)
         (?::(?P<pid>\d+):(?P<tid>\d+)[ ]                     # host:pid:tid
@@ -109,30 +110,30 @@ _PREFIX = regex.compile(
     regex.VERBOSE,
 )
 
-_BARE_VERSION = regex.compile(
+_BARE_VERSION = lazy_compile(
     r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)"
     r"|NCCL version (?P<rver>\d+\.\d+\.\d+)(?P<rsuffix>\S*) compiled with CUDA (?P<rcuda>\d+\.\d+)"
 )
 
 # -- timestamps (NCCL_DEBUG_TIMESTAMP_FORMAT is any strftime; try the common shapes) --------
-_TS_ISO = regex.compile(
+_TS_ISO = lazy_compile(
     r"""(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T\ _](?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)
         (?:[.,](?P<frac>\d{1,9}))?
         (?:\ ?(?P<zone>Z|UTC|[+-]\d\d:?\d\d))?""",
     regex.VERBOSE,
 )
-_TS_SYSLOG = regex.compile(
+_TS_SYSLOG = lazy_compile(
     r"""(?:[A-Z][a-z]{2}\ )?(?P<mon>[A-Z][a-z]{2})\ +(?P<d>\d{1,2})\ (?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)
         (?:[.,](?P<frac>\d{1,9}))?(?:\ (?P<y>\d{4}))?""",
     regex.VERBOSE,
 )
-_TS_EPOCH = regex.compile(r"(?P<s>1\d{9})(?:\.(?P<frac>\d{1,9}))?")
+_TS_EPOCH = lazy_compile(r"(?P<s>1\d{9})(?:\.(?P<frac>\d{1,9}))?")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
 # -- INFO payloads --------------------------------------------------------------------------
-_VERSION = regex.compile(r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)")
-_DRIVER = regex.compile(r"cudaDriverVersion (?P<v>\d+)")
-_INIT = regex.compile(
+_VERSION = lazy_compile(r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)")
+_DRIVER = lazy_compile(r"cudaDriverVersion (?P<v>\d+)")
+_INIT = lazy_compile(
     r"""(?:\[Rank\ (?P<irank>-?\d+)\]\ )?(?:(?P<func>\w+)\ )?
         comm\ (?P<comm>\S+)\ rank\ (?P<rank>-?\d+)\ nranks\ (?P<nranks>\d+)\ cudaDev\ (?P<cdev>-?\d+)
         (?:\ nvmlDev\ (?P<nvml>-?\d+))?\ busId\ (?P<bus>[0-9a-fA-F]+)
@@ -142,45 +143,45 @@ _INIT = regex.compile(
         \ ?-\ Init\ (?P<phase>START|COMPLETE)""",  # 2.23 split prints "key %d- Init"
     regex.VERBOSE,
 )
-_TOPO = regex.compile(
+_TOPO = lazy_compile(
     r"""comm\ (?P<comm>\S+)\ rank\ (?P<rank>-?\d+)\ nRanks\ (?P<nranks>\d+)\ nNodes\ (?P<nnodes>\d+)
         \ localRanks\ (?P<lranks>\d+)\ localRank\ (?P<lrank>-?\d+)(?:\ MNNVL\ (?P<mnnvl>\d+))?""",
     regex.VERBOSE,
 )
-_ABORT = regex.compile(
+_ABORT = lazy_compile(
     r"""comm\ (?P<comm>\S+)\ rank\ (?P<rank>-?\d+)\ n[Rr]anks\ (?P<nranks>\d+)\ cudaDev\ (?P<cdev>-?\d+)
         \ busId\ (?P<bus>[0-9a-fA-F]+)\ -\ (?P<action>Abort|Destroy|Revoke)\ (?P<phase>START|COMPLETE)
         (?:,\ result\ (?P<res>-?\d+))?""",
     regex.VERBOSE,
 )
-_NET_IB = regex.compile(r"NET/IB : Using(?P<devs>.*?)\s*(?P<ro>\[RO\])?\s*;\s*OOB (?P<oobif>[^:\s]+):(?P<oob>\S+)")
-_IB_DEV = regex.compile(r"\[\d+\](?P<dev>(?P<hca>[^:\s\[]+):\d+\S*?/(?P<link>\w+))")
-_NET_SOCK = regex.compile(r"NET/Socket : Using(?P<ifs>.*)")
-_BOOTSTRAP = regex.compile(r"Bootstrap ?: Using(?P<ifs>.*)")
-_IFACE = regex.compile(r"(?:\[\d+\])?(?P<name>[^\s:\[\]]+):(?P<ip>[^\s<]+)<(?P<port>\d+)>")
-_USING_NET = regex.compile(r"Using network (?P<net>.+?)\s*$")
-_PLUGIN = regex.compile(r"NET/Plugin ?: Loaded (?P<type>net|coll|collnet) plugin (?P<name>.+?) \(v(?P<api>\d+)\)")
+_NET_IB = lazy_compile(r"NET/IB : Using(?P<devs>.*?)\s*(?P<ro>\[RO\])?\s*;\s*OOB (?P<oobif>[^:\s]+):(?P<oob>\S+)")
+_IB_DEV = lazy_compile(r"\[\d+\](?P<dev>(?P<hca>[^:\s\[]+):\d+\S*?/(?P<link>\w+))")
+_NET_SOCK = lazy_compile(r"NET/Socket : Using(?P<ifs>.*)")
+_BOOTSTRAP = lazy_compile(r"Bootstrap ?: Using(?P<ifs>.*)")
+_IFACE = lazy_compile(r"(?:\[\d+\])?(?P<name>[^\s:\[\]]+):(?P<ip>[^\s<]+)<(?P<port>\d+)>")
+_USING_NET = lazy_compile(r"Using network (?P<net>.+?)\s*$")
+_PLUGIN = lazy_compile(r"NET/Plugin ?: Loaded (?P<type>net|coll|collnet) plugin (?P<name>.+?) \(v(?P<api>\d+)\)")
 # No external net plugin: NCCL >= 2.23 src/plugin/net.cc "NET/Plugin: Could not find: %s. Using internal network plugin.";
 # 2.19-2.22 "NET/Plugin: Using internal network plugin."; older "NET/Plugin : No plugin found (libnccl-net.so), using
 # internal implementation". An external one: "NET/Plugin: Loaded net plugin <name> (v<api>)", NCCL >= 2.23 src/plugin/
 # plugin_open.cc "Plugin Path : <path of the library dlopen'ed>".
-_PLUGIN_INTERNAL = regex.compile(r"NET/Plugin ?: (?:Could not find: (?P<lib>\S+?)\.? Using internal network plugin|Using internal network plugin|No plugin found(?: \((?P<lib2>[^)]*)\))?, using internal implementation)")
-_PLUGIN_PATH = regex.compile(r"Plugin Path : (?P<path>\S+)")
+_PLUGIN_INTERNAL = lazy_compile(r"NET/Plugin ?: (?:Could not find: (?P<lib>\S+?)\.? Using internal network plugin|Using internal network plugin|No plugin found(?: \((?P<lib2>[^)]*)\))?, using internal implementation)")
+_PLUGIN_PATH = lazy_compile(r"Plugin Path : (?P<path>\S+)")
 # The settings in force (src/misc/param.cc ncclLoadParam "%s set by environment to %lld.",
 # socket.cc "NCCL_SOCKET_IFNAME set by environment to %s" / "NCCL_SOCKET_IFNAME set to %s",
 # graph/paths.cc "%s set by environment to %s" for GDR levels, tuning.cc NCCL_ALGO/NCCL_PROTO;
 # graph/topo.cc "NET/%s : GPU Direct RDMA %s for HCA %d '%s'"; init.cc "%d coll channels, ...").
-_ENV_SET = regex.compile(r"(?P<key>NCCL_\w+) set (?P<by>by environment )?to (?P<val>.*?)\.?\s*$")
-_GDR_HCA = regex.compile(r"NET/(?P<net>\w+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) '(?P<hca>[^']*)'")
-_CHANNELS = regex.compile(r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, (?P<pp>\d+) p2p channels per peer")
-_PROPAGATE = regex.compile(
+_ENV_SET = lazy_compile(r"(?P<key>NCCL_\w+) set (?P<by>by environment )?to (?P<val>.*?)\.?\s*$")
+_GDR_HCA = lazy_compile(r"NET/(?P<net>\w+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) '(?P<hca>[^']*)'")
+_CHANNELS = lazy_compile(r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, (?P<pp>\d+) p2p channels per peer")
+_PROPAGATE = lazy_compile(
     r"""(?P<file>[\w./+-]+):(?P<line>\d+)\ (?:\((?P<func>[^)]*)\)\ )?->\ (?P<code>\d+)
         (?:\ \((?P<err>[^)]*)\))?(?P<async>\ \[Async\ thread\])?""",
     regex.VERBOSE,
 )
 
 # -- WARN payloads --------------------------------------------------------------------------
-_IB_COMPLETION = regex.compile(
+_IB_COMPLETION = lazy_compile(
     r"""NET/IB(?:/GIN)?\ ?:\ Got\ completion\ from\ peer\ (?P<peer>\S+)\ with\ (?:
           error\ (?P<st1>\d+),\ opcode\ (?P<op1>\d+),\ len\ (?P<len1>-?\d+),\ vendor\ err\ (?P<v1>\d+)   # <= 2.20
         | status=(?P<st2>\d+)\ opcode=(?P<op2>\d+)\ len=(?P<len2>-?\d+)\ vendor\ err\ (?P<v2>\d+)       # 2.21-2.30.4
@@ -188,10 +189,10 @@ _IB_COMPLETION = regex.compile(
         )(?:\ \((?P<rtype>[^)]*)\))?(?P<rest>.*)""",
     regex.VERBOSE,
 )
-_LOCAL_GID = regex.compile(r"localGid (?P<g>\S+)")
-_REMOTE_GID = regex.compile(r"remoteGids? ?(?P<g>\S+)")  # >= 2.23 prints " remoteGids" + gid, no space
-_HCA = regex.compile(r"\bhca (?P<h>\S+)")
-_IB_ASYNC = regex.compile(
+_LOCAL_GID = lazy_compile(r"localGid (?P<g>\S+)")
+_REMOTE_GID = lazy_compile(r"remoteGids? ?(?P<g>\S+)")  # >= 2.23 prints " remoteGids" + gid, no space
+_HCA = lazy_compile(r"\bhca (?P<h>\S+)")
+_IB_ASYNC = lazy_compile(
     r"""NET/IB\ ?:\ (?:
           Got\ async\ event\ :\ (?P<ev0>.+)                                       # <= 2.20
         | (?P<hca>[^\s:]+):(?P<port>\d+)\ (?:
@@ -202,40 +203,40 @@ _IB_ASYNC = regex.compile(
           ))""",
     regex.VERBOSE,
 )
-_IBV_CALL = regex.compile(
+_IBV_CALL = lazy_compile(
     r"""Call\ to\ (?P<fn>ibv_\w+)\ failed(?:\ with\ (?:
           error\ (?P<err>.+?)(?:\ errno\ (?P<errno>\d+))?               # ibvwrap macros
         | (?P<errno2>\d+)\ (?P<err2>[^,]+)(?:,\ (?P<qp>.*))?           # ibv_modify_qp + qpMsg
         ))?$""",
     regex.VERBOSE,
 )
-_SOCK_CLOSED = regex.compile(r"(?:(?P<func>\w+)|Net ): Connection closed by remote peer (?P<peer>\S+)")
-_SOCK_IO = regex.compile(r"(?:(?P<func>\w+)|Net ): Call to (?P<op>recv|send)(?: from| to)? (?P<peer>\S+) failed : (?P<err>.+)")
-_SOCK_CONNECT = regex.compile(
+_SOCK_CLOSED = lazy_compile(r"(?:(?P<func>\w+)|Net ): Connection closed by remote peer (?P<peer>\S+)")
+_SOCK_IO = lazy_compile(r"(?:(?P<func>\w+)|Net ): Call to (?P<op>recv|send)(?: from| to)? (?P<peer>\S+) failed : (?P<err>.+)")
+_SOCK_CONNECT = lazy_compile(
     r"""(?:(?P<func>\w+)|Net\ ):\ [Cc]onnect\ to\ (?P<peer>\S+)\ (?:
           failed\ :\ (?P<err>.+)
         | returned\ (?P<err2>.+?),\ exceeded\ error\ retry\ count\ after\ (?P<n>\d+)\ attempts
         | returned\ (?P<err3>.+))""",
     regex.VERBOSE,
 )
-_SOCK_POLL = regex.compile(r"(?P<func>ncclOsSocketPollConnect) to (?P<peer>\S+) failed with error (?P<err>.+)")
-_SOCK_EXCEEDED = regex.compile(r"(?P<func>\w+): exceeded (?P<what>retries|timeouts) \((?P<n>\d+)\)")
-_SOCK_ACCEPT = regex.compile(r"(?P<func>\w+): (?:Accept failed: (?P<err>.+)|exceeded error retry count after (?P<n>\d+) attempts, (?P<err2>.+))")
-_SOCK_TRUNC = regex.compile(r"NET/Socket ?: peer (?P<peer>\S+) message truncated")
-_NO_IFACE = regex.compile(r"Net : No interface found in the same subnet as remote address (?P<peer>\S+)")
-_PROXY = regex.compile(
+_SOCK_POLL = lazy_compile(r"(?P<func>ncclOsSocketPollConnect) to (?P<peer>\S+) failed with error (?P<err>.+)")
+_SOCK_EXCEEDED = lazy_compile(r"(?P<func>\w+): exceeded (?P<what>retries|timeouts) \((?P<n>\d+)\)")
+_SOCK_ACCEPT = lazy_compile(r"(?P<func>\w+): (?:Accept failed: (?P<err>.+)|exceeded error retry count after (?P<n>\d+) attempts, (?P<err2>.+))")
+_SOCK_TRUNC = lazy_compile(r"NET/Socket ?: peer (?P<peer>\S+) message truncated")
+_NO_IFACE = lazy_compile(r"Net : No interface found in the same subnet as remote address (?P<peer>\S+)")
+_PROXY = lazy_compile(
     r"""\[(?:Proxy\ [Ss]ervice(?:\ UDS)?(?:\ \d+)?|Proxy\ Progress|Service\ thread)\]\ (?P<what>.*)
       | (?P<func>ncclProxy\w+)\ call\ to\ tpRank\ .*failed\ :\ (?P<ret>-?\d+)""",
     regex.VERBOSE,
 )
-_PROXY_EXEC = regex.compile(r"Failed to execute operation (?P<op>\S+) from rank (?P<rank>\d+), retcode (?P<ret>-?\d+)")
-_PROXY_PROGRESS = regex.compile(r"operation=(?P<op>\S+?), res=(?P<ret>-?\d+)")
-_OTHER_NET = regex.compile(r"NET/(?P<t>[A-Za-z]+)")
-_CUDA = regex.compile(r"Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'?")
-_MISMATCH = regex.compile(r"Mismatched NCCL version detected : rank (?P<r1>\d+) version (?P<v1>\d+) rank (?P<r2>\d+) version (?P<v2>\d+)")
-_ABORT_STATE = regex.compile(r"Comm (?P<comm>\S+) is in abort state")
-_SYSCALL = regex.compile(r"Call to (?P<fn>\w+) failed ?: ?(?P<err>.+)")
-_ERRORISH = regex.compile(r"(?i)fail|error|abort|timeout|timed out|unable|cannot|could not|invalid|mismatch")
+_PROXY_EXEC = lazy_compile(r"Failed to execute operation (?P<op>\S+) from rank (?P<rank>\d+), retcode (?P<ret>-?\d+)")
+_PROXY_PROGRESS = lazy_compile(r"operation=(?P<op>\S+?), res=(?P<ret>-?\d+)")
+_OTHER_NET = lazy_compile(r"NET/(?P<t>[A-Za-z]+)")
+_CUDA = lazy_compile(r"Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'?")
+_MISMATCH = lazy_compile(r"Mismatched NCCL version detected : rank (?P<r1>\d+) version (?P<v1>\d+) rank (?P<r2>\d+) version (?P<v2>\d+)")
+_ABORT_STATE = lazy_compile(r"Comm (?P<comm>\S+) is in abort state")
+_SYSCALL = lazy_compile(r"Call to (?P<fn>\w+) failed ?: ?(?P<err>.+)")
+_ERRORISH = lazy_compile(r"(?i)fail|error|abort|timeout|timed out|unable|cannot|could not|invalid|mismatch")
 
 WC_STATUS = (
     "IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR", "IBV_WC_LOC_EEC_OP_ERR",

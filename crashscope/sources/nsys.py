@@ -85,6 +85,7 @@ import regex
 
 from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import FileSource, ParseContext, decode, normalize_pci, plausible_ns
+from crashscope.sources.base import lazy_compile
 
 SQLITE_MAGIC = "SQLite format 3\x00"
 # Names only an nsys export puts into its first page (sqlite_master's root).
@@ -99,7 +100,7 @@ _OLD_TYPES = {"int8_t": "i8", "uint8_t": "u8", "int32_t": "i32", "uint32_t": "u3
               "uint64_t": "u64", "half": "f16", "float": "f32", "double": "f64", "__nv_bfloat16": "bf16",
               "__nv_fp8_e4m3": "f8e4m3", "__nv_fp8_e5m2": "f8e5m2", "char": "i8"}
 _NEW_TYPES = ("i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "f8e4m3", "f8e5m2")
-_OLD_KERNEL = regex.compile(r"^ncclKernel_(?P<op>[A-Za-z]+)_(?P<algo>[A-Z][A-Z_]*?)_(?P<proto>LL128|LL|SIMPLE)_(?P<redop>[A-Za-z]+)_(?P<ty>\w+)$")
+_OLD_KERNEL = lazy_compile(r"^ncclKernel_(?P<op>[A-Za-z]+)_(?P<algo>[A-Z][A-Z_]*?)_(?P<proto>LL128|LL|SIMPLE)_(?P<redop>[A-Za-z]+)_(?P<ty>\w+)$")
 
 
 def parse_nccl_kernel(name: str) -> dict[str, Any] | None:
@@ -146,10 +147,10 @@ def parse_nccl_kernel(name: str) -> dict[str, Any] | None:
 
 
 # Ranges that delimit training steps (PyTorch's profiler, hand-made nvtx.range_push names).
-_STEP_RANGE = regex.compile(r"^(?:ProfilerStep#\d+|(?i:(?:train(?:ing)?[ _-]?)?(?:step|iter(?:ation)?))(?:[\s_#:=-]*\d+)?)\s*$")
+_STEP_RANGE = lazy_compile(r"^(?:ProfilerStep#\d+|(?i:(?:train(?:ing)?[ _-]?)?(?:step|iter(?:ation)?))(?:[\s_#:=-]*\d+)?)\s*$")
 _RANK_ENV = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _LOCAL_RANK_ENV = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-_ENV_PAIR = regex.compile(r'^\s*(?P<k>[A-Za-z_][A-Za-z0-9_]*)="?(?P<v>[^"]*)"?\s*$')
+_ENV_PAIR = lazy_compile(r'^\s*(?P<k>[A-Za-z_][A-Za-z0-9_]*)="?(?P<v>[^"]*)"?\s*$')
 PID_MASK = ~0xFFFFFF  # globalPid = globalTid & ~0xFFFFFF (upper bits hold hardware/VM ids)
 MAX_STEPS_KEPT = 64  # per-step compute times kept in the summary (the last ones)
 CAPTURE_END_SLACK_NS = 1_000_000  # a kernel ending this close to the capture's end was cut by it
@@ -530,7 +531,7 @@ def _iso(ns: int | None) -> str | None:
 
 # -- nsys stats CSV ------------------------------------------------------------------------------------
 
-_UNIT = regex.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]*)\)\s*$")
+_UNIT = lazy_compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]*)\)\s*$")
 _UNIT_NS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "ms": 1_000_000, "msec": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000}
 # report -> columns that identify its header (names without units)
 _REPORTS = {

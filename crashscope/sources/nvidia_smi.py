@@ -56,6 +56,7 @@ import regex
 
 from crashscope.schema import Kind, Severity
 from crashscope.sources.base import MONTHS, FileSource, ParseContext, decode, normalize_pci
+from crashscope.sources.base import lazy_compile
 
 # NVML clocks event (formerly throttle) reason bits; nvidia-smi -q labels and the
 # --query-gpu field suffixes map onto the same names.
@@ -112,37 +113,37 @@ def ctime_ns(text: str, ctx: ParseContext) -> int | None:
                         int(m.group("hh")), int(m.group("mi")), int(m.group("ss")))
 
 
-_CTIME = regex.compile(
+_CTIME = lazy_compile(
     r"""(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?P<mon>[A-Z][a-z]{2})\s+(?P<d>\d{1,2})\s+
         (?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)\s+(?P<y>\d{4})""",
     regex.VERBOSE,
 )
-_CTIME_LINE = regex.compile(r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*$")
+_CTIME_LINE = lazy_compile(r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*$")
 
-_LOG_BANNER = regex.compile(r"^\s*=+NVSMI LOG=+\s*$", regex.MULTILINE)
+_LOG_BANNER = lazy_compile(r"^\s*=+NVSMI LOG=+\s*$", regex.MULTILINE)
 # "key : value"; a bare "Key :" (rare) has an empty value. A PCI id has no ": " in it.
-_KV = regex.compile(r"^(?P<ind>\s*)(?P<key>\S.*?)\s*:(?:\s(?P<val>.*))?$")
+_KV = lazy_compile(r"^(?P<ind>\s*)(?P<key>\S.*?)\s*:(?:\s(?P<val>.*))?$")
 # A pasted fragment of one GPU's -q section, its "GPU <pci>" header cut off (an issue
 # comment quoting only "Remapped Rows"): an indented section heading, then key : value.
 _SECTIONS = r"(?:Remapped Rows|ECC Errors|Retired Pages|Clocks Event Reasons|Clocks Throttle Reasons|GPU Reset Status|Temperature|Clocks)"
-_FRAGMENT = regex.compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"[ \t]*\n[ \t]+\S[^\n]*?[ \t]:[ \t]", regex.MULTILINE)
-_SECTION_HEAD = regex.compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"\s*$")
-_GPU_HEAD = regex.compile(r"^(?P<ind>\s*)GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
-_NUM = regex.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+_FRAGMENT = lazy_compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"[ \t]*\n[ \t]+\S[^\n]*?[ \t]:[ \t]", regex.MULTILINE)
+_SECTION_HEAD = lazy_compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"\s*$")
+_GPU_HEAD = lazy_compile(r"^(?P<ind>\s*)GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_NUM = lazy_compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
-_BANNER = regex.compile(
+_BANNER = lazy_compile(
     r"""NVIDIA-SMI\s+(?P<smi>\S+)\s+
         (?:Driver|KMD)\ Version:\s+(?P<drv>\S+)             # KMD on paravirtualized drivers
         (?:\s+CUDA(?:\ UMD)?\ Version:\s+(?P<cuda>[^\s|]+))?""",
     regex.VERBOSE,
 )
-_ROW1 = regex.compile(
+_ROW1 = lazy_compile(
     r"""^\s*\|\s*(?P<idx>\d+)\s+(?P<name>.*?)\s+(?P<persist>On|Off|N/A)\s*
         \|\s*(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(?P<disp>\S+)\s*
         \|\s*(?P<ecc>\S+)\s*\|""",
     regex.VERBOSE,
 )
-_ROW2 = regex.compile(
+_ROW2 = lazy_compile(
     r"""^\s*\|\s*(?P<fan>\d+%|N/A)\s+(?P<temp>\d+C|N/A)\s+(?P<perf>P\d+|N/A)\s+
         (?P<pwr>\d+W|N/A)\s*/\s*(?P<cap>\d+W|N/A)\s*
         \|\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*
@@ -235,10 +236,10 @@ def _failures(lines: list[str], ctx: ParseContext) -> None:
 
 # "Unable to determine the device handle for GPU0000:03:00.0: Unknown Error" (newer),
 # "... for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU" (older)
-_GPU_LOST = regex.compile(
+_GPU_LOST = lazy_compile(
     r"Unable to determine the device handle for GPU\s?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): (?P<err>.+)$"
 )
-_NVML_MISMATCH = regex.compile(r"Failed to initialize NVML: Driver/library version mismatch")
+_NVML_MISMATCH = lazy_compile(r"Failed to initialize NVML: Driver/library version mismatch")
 
 
 class _Parser:

@@ -78,6 +78,7 @@ import regex
 from crashscope.schema import Kind, Severity
 from crashscope.sources.applog import HeaderReader
 from crashscope.sources.base import LineSource, feed_guarded, ParseContext, iso_to_ns, split_prefix
+from crashscope.sources.base import lazy_compile
 
 # --- prefilter -----------------------------------------------------------------------------
 # Every line a block needs must be selected here. Literal-heavy; valid Rust and Python regex.
@@ -134,39 +135,39 @@ _PREFILTER_PARTS = (
 # They are symptoms that point at a peer, never a cause on the rank that prints them.
 # ProcessGroupNCCL before PG-prefixed logs (torch < 2.2): "[Rank 1] Watchdog caught ..."
 # names the default group's rank, i.e. the global rank.
-_OLD_RANK_PREFIX = regex.compile(r"^\s*\[Rank (?P<rank>\d{1,7})\] ")
-_GLOO_TIMEOUT = regex.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete|(?P<closure>Application timeout caused pair closure)")
-_GLOO_CLOSED = regex.compile(r"Connection closed by peer(?: \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+))?")
-_GLOO_IO = regex.compile(r"(?P<what>Read|Write) error \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+): (?P<err>Connection reset by peer|Broken pipe|Connection timed out|No route to host)")
-_MONITORED_BARRIER = regex.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
+_OLD_RANK_PREFIX = lazy_compile(r"^\s*\[Rank (?P<rank>\d{1,7})\] ")
+_GLOO_TIMEOUT = lazy_compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation to complete|(?P<closure>Application timeout caused pair closure)")
+_GLOO_CLOSED = lazy_compile(r"Connection closed by peer(?: \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+))?")
+_GLOO_IO = lazy_compile(r"(?P<what>Read|Write) error \[?(?P<peer>[0-9A-Fa-f.:]+?)\]?:(?P<port>\d+): (?P<err>Connection reset by peer|Broken pipe|Connection timed out|No route to host)")
+_MONITORED_BARRIER = lazy_compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
 # --- line shapes ---------------------------------------------------------------------------
-_C10 = regex.compile(
+_C10 = lazy_compile(
     r"""^\[(?P<sev>[FEWIV])
         (?:(?P<md>\d{3,4})\ (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9}\ +|\ )   # time (month may be unpadded) or old " "
         (?P<file>[^:\]\s]+):(?P<line>\d+)\]\ ?(?P<msg>.*)$""",
     regex.VERBOSE,
 )
 # glog / torch._logging: torchrun agent >=2.4, glog-built libtorch
-_GLOG = regex.compile(
+_GLOG = lazy_compile(
     r"""^(?P<sev>[DIWEFC])(?P<md>\d{4})\ (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6})\ +(?P<pid>\d+)\ 
         (?P<path>[^\s:\]]+):(?P<line>\d+)\]\ (?P<msg>.*)$""",
     regex.VERBOSE,
 )
 # python logging, torch 2.1-2.3 elastic: [2024-07-25 06:36:18,293] torch.distributed...: [WARNING] msg
-_PYLOG_TS = regex.compile(
+_PYLOG_TS = lazy_compile(
     r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] (?P<name>torch\.[\w.]+): \[(?P<lvl>[A-Z]+)\] (?P<msg>.*)$"
 )
 # python logging.basicConfig default, torch <=2.0: WARNING:torch.distributed...:msg
-_PYLOG_BASIC = regex.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>torch\.[\w.]+):(?P<msg>.*)$")
+_PYLOG_BASIC = lazy_compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>torch\.[\w.]+):(?P<msg>.*)$")
 
-_PG_PREFIX = regex.compile(
+_PG_PREFIX = lazy_compile(
     r"""\[(?:PG\ ID\ (?P<id>\d+)\ PG\ GUID\ (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))?\ |   # >=2.4
            PG\ (?P<id2>\d+)\ (?:\((?P<desc2>[^)]*)\)\ )?)?                                    # ~2.3
         Rank\ (?P<rank>\d+)\]""",
     regex.VERBOSE,
 )
-_WORK = regex.compile(
+_WORK = lazy_compile(
     r"""WorkNCCL\((?:SeqNum=(?P<seq>\d+),\ )?OpType=(?P<op>\w+)
         (?:,\ NumelIn=(?P<nin>-?\d+),\ NumelOut=(?P<nout>-?\d+))?
         (?:,\ TensorShape=\[(?P<shape>[^\]]*)\])?
@@ -174,38 +175,38 @@ _WORK = regex.compile(
         (?:\ ran\ for\ (?P<ran>\d+)\ milliseconds)?""",
     regex.VERBOSE,
 )
-_FAILURE_DETECTED = regex.compile(
+_FAILURE_DETECTED = lazy_compile(
     r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+)\s+PG status: "
     r"last enqueued work: (?P<enq>-?\d+), last completed work: (?P<comp>-?\d+)"
 )
-_NCCL_ERR = regex.compile(
+_NCCL_ERR = lazy_compile(
     r"""NCCL\ error(?:\ in:\ (?P<file>[^\s,]+?):(?P<line>\d+),\ |:\ )
         (?P<result>.*?),\ NCCL\ version\ (?P<ver>\d+\.\d+\.\d+[\w.+-]*)""",
     regex.VERBOSE,
 )
-_NCCL_ENUM = regex.compile(r"^(?P<enum>nccl[A-Z]\w*): (?P<desc>.*)$")
-_STUCK = regex.compile(r"watchdog got stuck for (?P<sec>\d+) seconds")
-_DUMP_SIGNAL = regex.compile(r"Last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<comp>-?\d+)")
-_TERMINATE = regex.compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'")
-_WHAT = regex.compile(r"^\s*what\(\):\s+(?P<what>.*)$")
+_NCCL_ENUM = lazy_compile(r"^(?P<enum>nccl[A-Z]\w*): (?P<desc>.*)$")
+_STUCK = lazy_compile(r"watchdog got stuck for (?P<sec>\d+) seconds")
+_DUMP_SIGNAL = lazy_compile(r"Last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<comp>-?\d+)")
+_TERMINATE = lazy_compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'")
+_WHAT = lazy_compile(r"^\s*what\(\):\s+(?P<what>.*)$")
 
-_DESYNC_TIMEOUT = regex.compile(r"^\s*- \[(?P<rank>\d+)\] Timeout at collective: (?P<op>[^,]*), #(?P<seq>\d+)")
-_DESYNC_MISSING = regex.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
-_DESYNC_JOINED = regex.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
-_DESYNC_FINISHED = regex.compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>\d+), but didn't join collective #(?P<next>\d+)")
-_DESYNC_HEADER = regex.compile(r"^\s*- To our best knowledge, the lagging/dead/mismatched ranks")
+_DESYNC_TIMEOUT = lazy_compile(r"^\s*- \[(?P<rank>\d+)\] Timeout at collective: (?P<op>[^,]*), #(?P<seq>\d+)")
+_DESYNC_MISSING = lazy_compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
+_DESYNC_JOINED = lazy_compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
+_DESYNC_FINISHED = lazy_compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>\d+), but didn't join collective #(?P<next>\d+)")
+_DESYNC_HEADER = lazy_compile(r"^\s*- To our best knowledge, the lagging/dead/mismatched ranks")
 
-_MISMATCH = regex.compile(r"Detected mismatch between collectives on ranks")
+_MISMATCH = lazy_compile(r"Detected mismatch between collectives on ranks")
 # The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
 # read its leading fields instead of matching its body.
-_MISMATCH_RANK = regex.compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
+_MISMATCH_RANK = lazy_compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
 # TORCH_DISTRIBUTED_DEBUG=DETAIL, ProcessGroupWrapper::runCollectiveChecks (torch/csrc/distributed/c10d/
 # ProcessGroupWrapper.cpp): LOG(INFO) << "[Rank " << getRank() << "] " << "Running collective: " << finger_print,
 # before the monitored barrier that waits for every rank of the group. The fingerprint prints
 # "CollectiveFingerPrint(SequenceNumber=S, OpType=OP, TensorShape=[..], TensorDtypes=.., TensorDeviceTypes=..)",
 # or, without input tensors (barrier, alltoall, coalesced ops), "CollectiveFingerPrint(SequenceNumber=SOpType=OP)"
 # (no separator: that is how c10::str joins them). getRank() is the rank in the process group.
-_ENTER = regex.compile(
+_ENTER = lazy_compile(
     r"""\[Rank\ (?P<pg_rank>\d+)\]\ Running\ collective:\ CollectiveFingerPrint\(
         SequenceNumber=(?P<seq>\d+),?\ ?OpType=(?P<op>\w+)
         (?:,\ TensorShape=\[(?P<shape>[^\]]*)\])?
@@ -213,48 +214,48 @@ _ENTER = regex.compile(
     regex.VERBOSE,
 )
 MAX_ENTERS = 40_000  # collective_enter events kept per file: the last ones (one line per rank and collective)
-_FP_SEQ = regex.compile(r"SequenceNumber=(?P<seq>\d+)")
-_FP_OP = regex.compile(r"OpType=(?P<op>\w+)")
-_FP_SHAPE = regex.compile(r"TensorShape=(?P<shape>\[[^\]]*\])")
+_FP_SEQ = lazy_compile(r"SequenceNumber=(?P<seq>\d+)")
+_FP_OP = lazy_compile(r"OpType=(?P<op>\w+)")
+_FP_SHAPE = lazy_compile(r"TensorShape=(?P<shape>\[[^\]]*\])")
 
-_TB_START = regex.compile(r"^Traceback \(most recent call last\):\s*$")
-_TB_FRAME = regex.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
-_TB_CHAIN = regex.compile(r"^(?:During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)\s*$")
-_EXC_LINE = regex.compile(
+_TB_START = lazy_compile(r"^Traceback \(most recent call last\):\s*$")
+_TB_FRAME = lazy_compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
+_TB_CHAIN = lazy_compile(r"^(?:During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)\s*$")
+_EXC_LINE = lazy_compile(
     r"""^(?P<type>(?:[A-Za-z_]\w*\.)*
           (?:[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failure|Timeout)|KeyboardInterrupt|SystemExit|StopIteration))
         (?::\ ?(?P<text>.*?)|)\s*$""",
     regex.VERBOSE,
 )
 # exception types worth an event even when no traceback header was seen (torch raises them re-printed)
-_STANDALONE_EXC = regex.compile(r"(?:^|\.)(?:Dist\w*Error|ChildFailedError|OutOfMemoryError)$")
-_RANK_EXC = regex.compile(r"(?:Error|Exception)$")
+_STANDALONE_EXC = lazy_compile(r"(?:^|\.)(?:Dist\w*Error|ChildFailedError|OutOfMemoryError)$")
+_RANK_EXC = lazy_compile(r"(?:Error|Exception)$")
 
-_CUDA_ERROR = regex.compile(r"CUDA error: (?P<error>.+?)\s*$")
-_OOM = regex.compile(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ ?[KMGTP]?i?B)")
-_OOM_NEW = regex.compile(r"GPU (?P<dev>\d+) has a total capa\w* of (?P<total>[\d.]+ ?[KMGTP]?i?B) of which (?P<free>[\d.]+ ?[KMGTP]?i?B) is free")
-_OOM_OLD = regex.compile(r"\(GPU (?P<dev>\d+); (?P<total>[\d.]+ ?[KMGTP]?i?B) total capacity;.*?(?P<free>[\d.]+ ?[KMGTP]?i?B) free")
-_SIZE = regex.compile(r"(?P<num>[\d.]+) ?(?P<unit>[KMGTP]?)(?P<i>i?)B")
+_CUDA_ERROR = lazy_compile(r"CUDA error: (?P<error>.+?)\s*$")
+_OOM = lazy_compile(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ ?[KMGTP]?i?B)")
+_OOM_NEW = lazy_compile(r"GPU (?P<dev>\d+) has a total capa\w* of (?P<total>[\d.]+ ?[KMGTP]?i?B) of which (?P<free>[\d.]+ ?[KMGTP]?i?B) is free")
+_OOM_OLD = lazy_compile(r"\(GPU (?P<dev>\d+); (?P<total>[\d.]+ ?[KMGTP]?i?B) total capacity;.*?(?P<free>[\d.]+ ?[KMGTP]?i?B) free")
+_SIZE = lazy_compile(r"(?P<num>[\d.]+) ?(?P<unit>[KMGTP]?)(?P<i>i?)B")
 
-_AGENT_CLOSING = regex.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
-_AGENT_FAILED = regex.compile(
+_AGENT_CLOSING = lazy_compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_AGENT_FAILED = lazy_compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of (?:binary: |fn: )?(?P<bin>.*?)\s*$"
 )
 # torch <= 2.5 logs the Signals member ("Received Signals.SIGTERM death signal"), later ones its number
 # ("Received 15 death signal", torch/distributed/elastic/agent/server/api.py: e.sigval)
-_AGENT_DEATH = regex.compile(r"Received (?:Signals\.)?(?P<sig>SIG\w+|\d{1,2}) death signal, shutting down workers")
+_AGENT_DEATH = lazy_compile(r"Received (?:Signals\.)?(?P<sig>SIG\w+|\d{1,2}) death signal, shutting down workers")
 # torch/distributed/run.py config_from_args(): logger.warning("\n*****...\nSetting OMP_NUM_THREADS environment
 # variable for each process to be %s in default, to avoid your system being overloaded, ...") (torch 1.9 - 2.13)
-_AGENT_START = regex.compile(r"^\s*Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default")
+_AGENT_START = lazy_compile(r"^\s*Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default")
 
-_RC_ROOT = regex.compile(r"^Root Cause \(first observed failure\):\s*$")
-_RC_FAILURES = regex.compile(r"^Failures:\s*$")
-_RC_NONE = regex.compile(r"^\s+<NO_OTHER_FAILURES>\s*$")
-_RC_IDX = regex.compile(r"^\[(?P<idx>\d+)\]:\s*$")
-_RC_FIELD = regex.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<val>.*?)\s*$")
-_RC_BORDER = regex.compile(r"^={20,}\s*$")
-_RC_RANK = regex.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
-_RC_EXIT = regex.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
+_RC_ROOT = lazy_compile(r"^Root Cause \(first observed failure\):\s*$")
+_RC_FAILURES = lazy_compile(r"^Failures:\s*$")
+_RC_NONE = lazy_compile(r"^\s+<NO_OTHER_FAILURES>\s*$")
+_RC_IDX = lazy_compile(r"^\[(?P<idx>\d+)\]:\s*$")
+_RC_FIELD = lazy_compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<val>.*?)\s*$")
+_RC_BORDER = lazy_compile(r"^={20,}\s*$")
+_RC_RANK = lazy_compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
+_RC_EXIT = lazy_compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
 
 _SEV = {"F": Severity.CRITICAL, "C": Severity.CRITICAL, "E": Severity.ERROR, "W": Severity.WARNING,
         "I": Severity.INFO, "V": Severity.DEBUG, "D": Severity.DEBUG}

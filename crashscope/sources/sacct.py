@@ -36,6 +36,7 @@ import regex
 from crashscope.hostlist import expand
 from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import MAX_EPOCH_S, FileSource, ParseContext, decode, iso_to_ns, load_json
+from crashscope.sources.base import lazy_compile
 
 FAIL_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
                          "DEADLINE", "CANCELLED", "REVOKED"})
@@ -50,15 +51,15 @@ _SIG_BY_NAME |= {"Killed": "SIGKILL", "Terminated": "SIGTERM", "Aborted": "SIGAB
                  "User defined signal 1": "SIGUSR1", "User defined signal 2": "SIGUSR2"}
 
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)", "None assigned"})
-_HEADER = regex.compile(r"^\s*(?:JobID|JobIDRaw)\s*\|", regex.IGNORECASE)
-_FIXED_HEADER = regex.compile(r"^\s*JobID(?:Raw)?\s{2,}\S", regex.IGNORECASE)
-_DASHES = regex.compile(r"^\s*-+(?:\s+-+)*\s*$")
-_STATE = regex.compile(r"^(?P<state>[A-Z_]+)(?P<trunc>\+)?(?: by (?P<uid>\d+))?$")
-_EXIT = regex.compile(r"^(?P<e>\d+):(?P<s>\d+)$")
+_HEADER = lazy_compile(r"^\s*(?:JobID|JobIDRaw)\s*\|", regex.IGNORECASE)
+_FIXED_HEADER = lazy_compile(r"^\s*JobID(?:Raw)?\s{2,}\S", regex.IGNORECASE)
+_DASHES = lazy_compile(r"^\s*-+(?:\s+-+)*\s*$")
+_STATE = lazy_compile(r"^(?P<state>[A-Z_]+)(?P<trunc>\+)?(?: by (?P<uid>\d+))?$")
+_EXIT = lazy_compile(r"^(?P<e>\d+):(?P<s>\d+)$")
 # sniff
-_S_HEADER = regex.compile(r"^(?:JobID|JobIDRaw)\|", regex.MULTILINE)
-_S_ANY_HEADER = regex.compile(r"^(?:[A-Za-z]+\|){2,}", regex.MULTILINE)
-_S_FIXED = regex.compile(r"^\s*JobID(?:Raw)?\s{2,}.*\n\s*-{6,} -+", regex.MULTILINE)
+_S_HEADER = lazy_compile(r"^(?:JobID|JobIDRaw)\|", regex.MULTILINE)
+_S_ANY_HEADER = lazy_compile(r"^(?:[A-Za-z]+\|){2,}", regex.MULTILINE)
+_S_FIXED = lazy_compile(r"^\s*JobID(?:Raw)?\s{2,}.*\n\s*-{6,} -+", regex.MULTILINE)
 
 
 def _iso(sec: int | None) -> str | None:

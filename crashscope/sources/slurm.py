@@ -49,6 +49,7 @@ import regex
 from crashscope.hostlist import expand, expand_ints
 from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import MONTHS, LineSource, feed_guarded, ParseContext, iso_to_ns, plausible_ns, split_prefix
+from crashscope.sources.base import lazy_compile
 
 # strsignal() texts (glibc) -> signal names; srun and slurmstepd print the text.
 SIGNAL_TEXT = {
@@ -92,14 +93,14 @@ PREFILTER = "|".join(f"(?:{p})" for p in _PREFILTER_PARTS)
 
 # --------------------------------------------------------------------------------------
 # Line envelopes
-_DAEMON = regex.compile(
+_DAEMON = lazy_compile(
     r"""^\[(?P<ts>[^\]]{8,40})\]\ 
         (?:\[(?P<stepid>\d+(?:_\d+|\+\d+)?\.(?:\d+|batch|extern|interactive)(?:\+\d+)?(?:\ stepmgr)?)\]\ )?
         (?P<rest>.*)$""",
     regex.VERBOSE,
 )
 # slurmctld/slurmd/slurmstepd through syslog or journald (syslog stamp or ISO), host printed
-_SYSLOG = regex.compile(
+_SYSLOG = lazy_compile(
     r"""^(?P<ts>[A-Z][a-z]{2}\ [\ \d]\d\ \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\ 
         (?P<host>\S+)\ (?:slurmctld|slurmd|slurmstepd)(?:\[\d+\])?:\ 
         (?:\[(?P<stepid>\d[\w.+]*(?:\ stepmgr)?)\]\ )?(?P<rest>.*)$""",
@@ -107,15 +108,15 @@ _SYSLOG = regex.compile(
 )
 # LogTimeFormat shapes only (iso8601[_ms], rfc5424[_ms], rfc3339, short): a Python logger's
 # "[2026-09-14 08:12:44,123]" is not a Slurm daemon line.
-_SLURM_TS = regex.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3,6})?(?:Z|[+-]\d\d:\d\d)?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)$")
-_SHORT_TS = regex.compile(r"(?P<mon>[A-Z][a-z]{2})\ +(?P<d>\d{1,2})\ (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?$")
-_PROG = regex.compile(r"^(?P<prog>slurmstepd(?:-[\w.-]+)?|srun|slurmd|slurmctld|sbatch|salloc):\ ")
-_LEVEL = regex.compile(r"^(?P<lvl>fatal|error|warning|debug\d?|verbose):\ +")
-_SCHED = regex.compile(r"^sched(?:/\w+)?:\ ")
+_SLURM_TS = lazy_compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3,6})?(?:Z|[+-]\d\d:\d\d)?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)$")
+_SHORT_TS = lazy_compile(r"(?P<mon>[A-Z][a-z]{2})\ +(?P<d>\d{1,2})\ (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?$")
+_PROG = lazy_compile(r"^(?P<prog>slurmstepd(?:-[\w.-]+)?|srun|slurmd|slurmctld|sbatch|salloc):\ ")
+_LEVEL = lazy_compile(r"^(?P<lvl>fatal|error|warning|debug\d?|verbose):\ +")
+_SCHED = lazy_compile(r"^sched(?:/\w+)?:\ ")
 
 # --------------------------------------------------------------------------------------
 # Messages
-_BANNER = regex.compile(
+_BANNER = lazy_compile(
     r"""\*\*\*\ (?P<entity>JOB|STEP)\ (?P<id>\d[\w.+]*)\ 
         (?:ON\ (?P<node>\S+)\ 
            (?:CANCELLED\ AT\ (?P<t>\S+)(?:\ DUE\ (?:TO|to)\ (?P<why>[^*]+?))?
@@ -125,41 +126,41 @@ _BANNER = regex.compile(
         \ \*\*\*""",
     regex.VERBOSE,
 )
-_REASON = regex.compile(r"\*\*\* REASON: (?P<details>.*?) \*\*\*")
+_REASON = lazy_compile(r"\*\*\* REASON: (?P<details>.*?) \*\*\*")
 # 23.02+: "oom_kill event(s) in StepId=1.0. Some of the step tasks..."; 20.11-22.05:
 # "oom-kill event(s) in StepId=1.0[ cgroup]. Some of your processes..."; older "step 1.0".
-_OOM = regex.compile(
+_OOM = lazy_compile(
     r"""Detected\ (?P<n>\d+)\ oom[-_]kill\ event(?:s|\(s\))?\ in\ 
         (?:StepId=|step\ )?(?P<step>\d+(?:_\d+|\+\d+)?\.\w+(?:\+\d+)?)""",
     regex.VERBOSE,
 )
-_MEMLIMIT = regex.compile(r"(?:StepId=|step )(?P<step>\d+(?:_\d+|\+\d+)?\.\w+(?:\+\d+)?) hit memory limit at least once")
-_TASK_EXIT = regex.compile(
+_MEMLIMIT = lazy_compile(r"(?:StepId=|step )(?P<step>\d+(?:_\d+|\+\d+)?\.\w+(?:\+\d+)?) hit memory limit at least once")
+_TASK_EXIT = lazy_compile(
     r"""^(?P<hosts>[^\s:]+):\ (?:task|tasks)\ (?P<tasks>[\d,\-\[\]]+):\ 
         (?:Exited\ with\ exit\ code\ (?P<code>\d+)
           |(?P<oom>Out\ Of\ Memory)
           |(?P<sig>[A-Za-z][\w /]*?)(?P<core>\ \(core\ dumped\))?)\s*$""",
     regex.VERBOSE,
 )
-_ABORT_WAIT = regex.compile(r"^Job step aborted(?:: Waiting up to (?P<s>\d+) seconds for job step to finish)?")
-_ABORT_TIMEOUT = regex.compile(r"^Timed out waiting for job step to complete")
-_TERMINATING = regex.compile(r"^(?:[\w/]+: )?(?:_?\w+: )?Terminating (?:job step )?(?:StepId=)?(?P<step>\d+(?:_\d+|\+\d+)?\.\w+(?:\+\d+)?)")
-_FORCE = regex.compile(r"^forcing job termination")
-_LAUNCH_FAILED = regex.compile(r"^task (?P<task>\d+) launch failed: (?P<err>.*)$")
-_NODE_FAILURE = regex.compile(r"^Node failure on (?P<nodes>\S+)")
+_ABORT_WAIT = lazy_compile(r"^Job step aborted(?:: Waiting up to (?P<s>\d+) seconds for job step to finish)?")
+_ABORT_TIMEOUT = lazy_compile(r"^Timed out waiting for job step to complete")
+_TERMINATING = lazy_compile(r"^(?:[\w/]+: )?(?:_?\w+: )?Terminating (?:job step )?(?:StepId=)?(?P<step>\d+(?:_\d+|\+\d+)?\.\w+(?:\+\d+)?)")
+_FORCE = lazy_compile(r"^forcing job termination")
+_LAUNCH_FAILED = lazy_compile(r"^task (?P<task>\d+) launch failed: (?P<err>.*)$")
+_NODE_FAILURE = lazy_compile(r"^Node failure on (?P<nodes>\S+)")
 
 _JOBREF = r"JobId=(?P<job>\d+(?:_\d+|_\*|\+\d+)?)(?:\((?P<raw>\d+)\))?"
-_NOT_RESPONDING = regex.compile(r"^Nodes (?P<nodes>\S+) not responding(?P<down>, setting DOWN)?")
-_RETURNED = regex.compile(r"^(?:\w+: )?node (?P<node>\S+) returned to service")
-_REASON_SET = regex.compile(r"^update_node: node (?P<node>\S+) reason set to: (?P<reason>.*)$")
-_KILL_FAILED_NODE = regex.compile(r"^Killing " + _JOBREF + r" on failed node (?P<node>\S+)")
-_JOB_COMPLETE = regex.compile(
+_NOT_RESPONDING = lazy_compile(r"^Nodes (?P<nodes>\S+) not responding(?P<down>, setting DOWN)?")
+_RETURNED = lazy_compile(r"^(?:\w+: )?node (?P<node>\S+) returned to service")
+_REASON_SET = lazy_compile(r"^update_node: node (?P<node>\S+) reason set to: (?P<reason>.*)$")
+_KILL_FAILED_NODE = lazy_compile(r"^Killing " + _JOBREF + r" on failed node (?P<node>\S+)")
+_JOB_COMPLETE = lazy_compile(
     r"^_job_complete: " + _JOBREF + r" (?:WEXITSTATUS (?P<ec>\d+)|WTERMSIG (?P<sig>\d+)|(?P<oom>OOM failure)|(?P<done>done))"
 )
-_TIME_LIMIT = regex.compile(r"^Time limit exhausted for " + _JOBREF)
-_REQUEUE = regex.compile(r"^Requeuing " + _JOBREF)
-_KILL_RPC = regex.compile(r"^(?:_slurm_rpc_kill_job: )?REQUEST_KILL_JOB JobId=(?P<job>\S+) uid (?P<uid>\d+)(?P<routed> routed to \S+)?")
-_PREEMPTED = regex.compile(
+_TIME_LIMIT = lazy_compile(r"^Time limit exhausted for " + _JOBREF)
+_REQUEUE = lazy_compile(r"^Requeuing " + _JOBREF)
+_KILL_RPC = lazy_compile(r"^(?:_slurm_rpc_kill_job: )?REQUEST_KILL_JOB JobId=(?P<job>\S+) uid (?P<uid>\d+)(?P<routed> routed to \S+)?")
+_PREEMPTED = lazy_compile(
     r"""^(?:\w+:\ )?preempted\ """ + _JOBREF + r"""\ 
         (?:has\ been\ (?P<act>killed|requeued)(?:\ to\ reclaim\ resources\ for\ JobId=(?P<by>\d+(?:_\d+|\+\d+)?)(?:\(\d+\))?)?
           |had\ to\ be\ (?P<act2>killed)
@@ -168,8 +169,8 @@ _PREEMPTED = regex.compile(
 )
 
 # scontrol / jobcomp key=value: a key starts after whitespace with an upper-case letter.
-_KV = regex.compile(r"(?:^|(?<=\s))(?P<k>[A-Z][A-Za-z0-9_/:]*)=")
-_SCONTROL_CONT = regex.compile(r"^\s{2,}[A-Z][A-Za-z0-9_/:]*=")
+_KV = lazy_compile(r"(?:^|(?<=\s))(?P<k>[A-Z][A-Za-z0-9_/:]*)=")
+_SCONTROL_CONT = lazy_compile(r"^\s{2,}[A-Z][A-Za-z0-9_/:]*=")
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)", "unknown"})
 
 
@@ -201,16 +202,16 @@ class SlurmSource(LineSource):
     prefilter = PREFILTER
 
     # -- sniff ---------------------------------------------------------------------------
-    _S_BANNER = regex.compile(r"\*\*\* (?:JOB|STEP) \d[\w.+]* (?:ON|STEPD) ")
-    _S_DAEMON = regex.compile(
+    _S_BANNER = lazy_compile(r"\*\*\* (?:JOB|STEP) \d[\w.+]* (?:ON|STEPD) ")
+    _S_DAEMON = lazy_compile(
         r"^\[(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?|[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d)\] "
         r"(?:\[\d[\w.+ ]*\] )?.*(?:JobId=|StepId=|slurmctld|slurmd|_slurm_rpc_|sched: |Nodes \S+ not responding|node \S+ returned)",
         regex.MULTILINE,
     )
-    _S_JSON = regex.compile(r'^\{"log":".*","stream":"std(?:err|out)","time":"', regex.MULTILINE)
-    _S_SCONTROL = regex.compile(r"^JobId=\d+ (?:ArrayJobId=\d+ ArrayTaskId=\S+ )?(?:HetJobId=\d+ HetJobOffset=\d+ )?JobName=", regex.MULTILINE)
-    _S_JOBCOMP = regex.compile(r"^JobId=\d+ UserId=\S+ GroupId=\S+ Name=.* JobState=\S+ ", regex.MULTILINE)
-    _S_SRUN = regex.compile(r"^srun: (?:error: \S+: tasks? [\d,-]+: |Job step aborted|error: Node failure on |forcing job termination)", regex.MULTILINE)
+    _S_JSON = lazy_compile(r'^\{"log":".*","stream":"std(?:err|out)","time":"', regex.MULTILINE)
+    _S_SCONTROL = lazy_compile(r"^JobId=\d+ (?:ArrayJobId=\d+ ArrayTaskId=\S+ )?(?:HetJobId=\d+ HetJobOffset=\d+ )?JobName=", regex.MULTILINE)
+    _S_JOBCOMP = lazy_compile(r"^JobId=\d+ UserId=\S+ GroupId=\S+ Name=.* JobState=\S+ ", regex.MULTILINE)
+    _S_SRUN = lazy_compile(r"^srun: (?:error: \S+: tasks? [\d,-]+: |Job step aborted|error: Node failure on |forcing job termination)", regex.MULTILINE)
 
     def sniff(self, head: str, name: str) -> float:
         if self._S_SCONTROL.search(head) or self._S_JOBCOMP.search(head):

@@ -30,12 +30,13 @@ import regex
 from crashscope.schema import Kind, Severity
 from crashscope.sources.base import FileSource, ParseContext, decode, load_json
 from crashscope.sources.pytorch import _NCCL_ERR
+from crashscope.sources.base import lazy_compile
 
-_TYPE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ?(?P<text>.*)$", regex.DOTALL)
-_FRAME = regex.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
-_ATTEMPT = regex.compile(r"^attempt_(?P<n>\d+)$")
-_NCCL_ENUM_ANY = regex.compile(r"^(?P<enum>nccl[A-Z]\w*): ", regex.MULTILINE)
-_SNIFF = regex.compile(r'^\s*\{\s*"message"\s*:')
+_TYPE = lazy_compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ?(?P<text>.*)$", regex.DOTALL)
+_FRAME = lazy_compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
+_ATTEMPT = lazy_compile(r"^attempt_(?P<n>\d+)$")
+_NCCL_ENUM_ANY = lazy_compile(r"^(?P<enum>nccl[A-Z]\w*): ", regex.MULTILINE)
+_SNIFF = lazy_compile(r'^\s*\{\s*"message"\s*:')
 
 
 class TorchelasticSource(FileSource):

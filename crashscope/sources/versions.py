@@ -60,6 +60,7 @@ import regex
 
 from crashscope.schema import Kind, TimeQuality
 from crashscope.sources.base import FileSource, ParseContext, decode, iso_to_ns, load_json
+from crashscope.sources.base import lazy_compile
 
 # pip/conda package (normalized: lower case, runs of -_. as "-") -> component
 _PIP_COMPONENTS: dict[str, str] = {
@@ -90,42 +91,42 @@ _CURATED = frozenset({
     "cupy-cuda12x", "cupy-cuda11x", "fairscale", "bitsandbytes", "nvidia-dali-cuda120", "torchtitan", "torchelastic",
 })
 
-_NVRM = regex.compile(
+_NVRM = lazy_compile(
     r"""^NVRM\ version:\ NVIDIA\ UNIX\s+
         (?:(?P<arch>\S+)\ Kernel\ Module|Open\ Kernel\ Module(?:\ for\ (?P<arch2>\S+))?)   # proprietary | open
         \s+(?P<ver>\d+\.\d+(?:\.\d+)?)(?:\s|$)""",
     regex.VERBOSE,
 )
-_OFED = regex.compile(r"^(?P<flavor>MLNX_OFED_LINUX|OFED-internal)-(?P<ver>\d[\w.-]*?):?\s*$")
-_UNAME_A = regex.compile(r"^Linux\s+(?P<host>\S+)\s+(?P<rel>\d+\.\d+(?:\.\d+)?[-+][\w.+~-]*|\d+\.\d+\.\d+)\s+#")
-_UNAME_R = regex.compile(r"^(?P<rel>\d+\.\d+\.\d+-\d[\w.+~-]*)$")  # a release always has "-<build>"
-_PROC_VERSION = regex.compile(r"^Linux version (?P<rel>\d+\.\d+\S*) \(")
-_NVCC = regex.compile(r"^Cuda compilation tools, release (?P<rel>\d+\.\d+), V(?P<ver>\d+\.\d+\.\d+)")
-_SLURM = regex.compile(r"^slurm(?:-wlm)? (?P<ver>\d+\.\d+\.\d+\S*)$")
-_BTIME = regex.compile(r"^btime (?P<s>\d{9,11})$")
-_FREEZE = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<ver>[^\s;#]+)")
+_OFED = lazy_compile(r"^(?P<flavor>MLNX_OFED_LINUX|OFED-internal)-(?P<ver>\d[\w.-]*?):?\s*$")
+_UNAME_A = lazy_compile(r"^Linux\s+(?P<host>\S+)\s+(?P<rel>\d+\.\d+(?:\.\d+)?[-+][\w.+~-]*|\d+\.\d+\.\d+)\s+#")
+_UNAME_R = lazy_compile(r"^(?P<rel>\d+\.\d+\.\d+-\d[\w.+~-]*)$")  # a release always has "-<build>"
+_PROC_VERSION = lazy_compile(r"^Linux version (?P<rel>\d+\.\d+\S*) \(")
+_NVCC = lazy_compile(r"^Cuda compilation tools, release (?P<rel>\d+\.\d+), V(?P<ver>\d+\.\d+\.\d+)")
+_SLURM = lazy_compile(r"^slurm(?:-wlm)? (?P<ver>\d+\.\d+\.\d+\S*)$")
+_BTIME = lazy_compile(r"^btime (?P<s>\d{9,11})$")
+_FREEZE = lazy_compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<ver>[^\s;#]+)")
 # "name @ file:///.../name-1.2.3-cp311-...whl" (pip freeze of a wheel install)
-_FREEZE_WHEEL = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s@\s\S*/[A-Za-z0-9_.]+-(?P<ver>\d[^-/\s]*)-[^/\s]*\.whl$")
-_PIP_LIST_HEAD = regex.compile(r"^Package\s+Version(?:\s+.*)?$")
-_PIP_LIST_ROW = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+(?P<ver>\d[^\s]*)(?:\s+.*)?$")
-_CONDA_HEAD = regex.compile(r"^#\s*Name\s+Version\s+Build")
-_CONDA_ROW = regex.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+(?P<ver>\d[^\s]*)\s+\S+")
+_FREEZE_WHEEL = lazy_compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s@\s\S*/[A-Za-z0-9_.]+-(?P<ver>\d[^-/\s]*)-[^/\s]*\.whl$")
+_PIP_LIST_HEAD = lazy_compile(r"^Package\s+Version(?:\s+.*)?$")
+_PIP_LIST_ROW = lazy_compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+(?P<ver>\d[^\s]*)(?:\s+.*)?$")
+_CONDA_HEAD = lazy_compile(r"^#\s*Name\s+Version\s+Build")
+_CONDA_ROW = lazy_compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+(?P<ver>\d[^\s]*)\s+\S+")
 # print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())
-_TORCH_TRIPLE = regex.compile(
+_TORCH_TRIPLE = lazy_compile(
     r"""^(?P<torch>\d+\.\d+\.\d+(?:[a-z]+\d*)?(?:\.\w+)?(?:\+[\w.]+)?)\s+
         (?P<cuda>\d+\.\d+|None)\s+
         \(?(?P<n1>\d+),\s*(?P<n2>\d+),\s*(?P<n3>\d+)\)?\s*$""",
     regex.VERBOSE,
 )
 # labelled one-liners: "torch.__version__: 2.5.1", "torch.version.cuda = 12.4", "torch.cuda.nccl.version(): (2, 21, 5)"
-_TORCH_LABEL = regex.compile(
+_TORCH_LABEL = lazy_compile(
     r"""^(?P<label>torch\.__version__|torch\.version\.cuda|torch\.cuda\.nccl\.version\(\))\s*[:=]?\s*
         (?P<val>\(\d+,\s*\d+,\s*\d+\)|\d+(?:\.\d+)*\S*)\s*$""",
     regex.VERBOSE,
 )
 # timedatectl status: "                Time zone: Europe/Berlin (CEST, +0200)"
-_TIMEDATECTL_TZ = regex.compile(r"^Time zone: (?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9_+-]+)*) \((?P<abbr>[^,]+), (?P<off>[+-]\d{4})\)$")
-_NORM = regex.compile(r"[-_.]+")
+_TIMEDATECTL_TZ = lazy_compile(r"^Time zone: (?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9_+-]+)*) \((?P<abbr>[^,]+), (?P<off>[+-]\d{4})\)$")
+_NORM = lazy_compile(r"[-_.]+")
 
 _JSON_KEYS = ("hostname", "host", "boot_id", "utc_offset", "driver", "cuda_driver", "cuda", "cuda_toolkit", "nccl", "torch", "ofed", "kernel", "btime",
               "timezone", "slurm", "packages", "collected_at")
