@@ -173,12 +173,18 @@ class _Ctx:
         ver = self._of(Kind.VERSION.value)
         per: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in ver.iter_rows(named=True):
-            a = _attrs(r)
-            comp, v = a.get("component"), a.get("version")
-            if comp in PARITY_COMPONENTS and v and r["host"]:
-                per[comp][str(v)].add(r["host"])
-                rows.setdefault((comp, str(v)), r)
+        # Ranks and nodes print the same few version records: each distinct one is decoded once.
+        decoded: dict[str | None, tuple[Any, Any]] = {}
+        if ver.height:
+            for a in ver["attrs"].unique().to_list():
+                d = _attrs({"attrs": a})
+                decoded[a] = (d.get("component"), d.get("version"))
+            for i, (host, a) in enumerate(ver.select("host", "attrs").iter_rows()):
+                comp, v = decoded[a]
+                if comp in PARITY_COMPONENTS and v and host:
+                    per[comp][str(v)].add(host)
+                    if (comp, str(v)) not in rows:
+                        rows[(comp, str(v))] = ver.row(i, named=True)
         inv = self._of((Kind.GPU_INVENTORY.value, Kind.COMM_INIT.value)).filter(pl.col("gpu").is_not_null() | pl.col("gpu_index").is_not_null())
         gpus_seen = inv.select(pl.col("host"), pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).unique().height if inv.height else 0
         seen = f"; {gpus_seen} GPUs seen" if gpus_seen else ""

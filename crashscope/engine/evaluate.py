@@ -194,9 +194,9 @@ def evaluate_rule(
 ) -> Finding | None:
     """Evaluate one rule; None when it does not fire."""
     ctx = ctx or _Context(events, expected_ranks)
-    pre = pl.col("kind").cast(pl.String).is_in(sorted(rule_kinds(rule)))
+    pre = _one_of(events, "kind", sorted(rule_kinds(rule)))
     if rule.sources:
-        pre = pre & pl.col("source").cast(pl.String).is_in(list(rule.sources))
+        pre = pre & _one_of(events, "source", list(rule.sources))
     frame = events.filter(pre)
     if frame.height == 0:
         return None
@@ -263,6 +263,18 @@ def evaluate_rule(
 
     rows.sort(key=_sort_key)
     return _finding(rule, rows, hosts, ranks, max_evidence)
+
+
+def _one_of(events: pl.DataFrame, col: str, values: list[str]) -> pl.Expr:
+    """``col`` is one of ``values``: on an Enum column by its categories (casting 700k rows
+    to strings for each of 80 rules cost ~1.7 s at 16,384 ranks); a value the Enum does not
+    know matches nothing, as it would as a string."""
+    dtype = events.schema.get(col)
+    if isinstance(dtype, pl.Enum):
+        cats = set(dtype.categories.to_list())
+        known = [v for v in values if v in cats]
+        return pl.col(col).is_in(pl.Series(known, dtype=dtype).implode())
+    return pl.col(col).cast(pl.String).is_in(values)
 
 
 def _sort_key(r: dict[str, Any]) -> tuple:
