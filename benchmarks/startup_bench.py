@@ -9,8 +9,9 @@ much less). Rows:
 * ``import``: CPU seconds of ``import crashscope.cli, crashscope.pipeline, crashscope.ingest``
   measured inside the child (``time.process_time``), i.e. the imports an analyze pays for
   before it reads a file;
-* ``analyze``: ``crashscope analyze JOB -f json -o FILE`` on a 10-file job (rank logs plus
-  one node's files, made by ``file_cost_bench.make_job`` from a simulated job).
+* ``analyze``: ``crashscope analyze JOB -f json -o FILE`` on the small job that
+  ``file_cost_bench.make_job`` makes for ``--files 10``: one node's 8 rank logs and its 4
+  node files (12 files), from a simulated job.
 
 Usage:
     python benchmarks/startup_bench.py --repeat 5 --out /tmp/cs-bench-startup
