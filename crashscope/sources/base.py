@@ -32,10 +32,12 @@ class LazyPattern:
     The sources hold ~330 module-level ``regex`` patterns; compiling them all when
     ``crashscope.sources`` was imported cost every process ~0.45 s CPU (``regex`` parses in
     Python), and a small job uses about a third of them. The first attribute access
-    (``.search``, ``.match``, ...) compiles; each bound method handed out is then kept in the
-    instance's ``__dict__``, so later calls find it without ``__getattr__`` and a hot loop's
-    ``_RX.match(line)`` costs what it did with the real pattern object. ``pattern`` is known
-    without compiling. Pass ``.compiled`` where a real ``regex.Pattern`` is required.
+    (``.search``, ``.match``, ...) compiles, copies the compiled pattern's public attributes
+    (its bound methods, ``groupindex`` ...) into the instance and turns it into a
+    :class:`CompiledPattern`, a plain class without ``__getattr__``: a class with that hook
+    costs ~300 ns more per attribute lookup, which a hot loop's ``_RX.match(line)`` would pay
+    on every line. ``pattern`` is known without compiling; ``.compiled`` is the real
+    ``regex.Pattern`` (pass it where one is required).
     """
 
     def __init__(self, pattern: str, flags: int = 0) -> None:
@@ -44,24 +46,43 @@ class LazyPattern:
 
     @property
     def compiled(self) -> Any:
-        rx = self.__dict__.get("_rx")
-        if rx is None:
-            rx = self.__dict__["_rx"] = regex.compile(self.pattern, self._flags)
-        return rx
+        self._materialize()
+        return self.__dict__["compiled"]
+
+    def _materialize(self) -> None:
+        rx = regex.compile(self.pattern, self._flags)
+        d = self.__dict__
+        for name in dir(rx):
+            if not name.startswith("_"):
+                d[name] = getattr(rx, name)
+        d["compiled"] = rx
+        self.__class__ = CompiledPattern  # type: ignore[assignment]
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_rx", "_flags", "pattern"):
+        if name.startswith("__") or name in ("_flags", "pattern", "compiled"):
             raise AttributeError(name)
-        value = getattr(self.compiled, name)
-        if callable(value):
-            self.__dict__[name] = value
-        return value
+        self._materialize()
+        return getattr(self, name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LazyPattern, (self.pattern, self._flags))
 
     def __repr__(self) -> str:
         return f"LazyPattern({self.pattern!r})"
+
+
+class CompiledPattern:
+    """A :class:`LazyPattern` after its first use: the compiled pattern's attributes are
+    its own instance attributes."""
+
+    pattern: str
+    _flags: int
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LazyPattern, (self.pattern, self._flags))
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r}, compiled)"
 
 
 def lazy_compile(pattern: str, flags: int = 0) -> regex.Pattern[str]:
