@@ -771,7 +771,7 @@ def _peer_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     owner: dict[str, str] = {}
     # Only lines that state an address (of 147k net_config lines at 16,384 ranks, most are settings).
     addressed = pl.col("attrs").str.contains('"oob_ip"', literal=True) | pl.col("attrs").str.contains('"ifaces"', literal=True)
-    for host, a in cfg.filter(pl.col("host").is_not_null() & addressed).select("host", "attrs").iter_rows():
+    for host, a in cfg.filter(pl.col("host").is_not_null() & addressed).select("host", "attrs").unique(maintain_order=True).iter_rows():
         d = attrs_of(a)
         ips = [d.get("oob_ip")] + [i.get("ip") for i in d.get("ifaces") or [] if isinstance(i, dict)]
         for ip in ips:
@@ -795,8 +795,9 @@ def _peer_hosts(ev: pl.DataFrame) -> pl.DataFrame:
             new.append(json.dumps(d, separators=(",", ":")))
     if not ids:
         return ev
-    upd = pl.DataFrame({"_id": ids, "_a": new}, schema={"_id": pl.UInt32, "_a": pl.String})
-    return ev.join(upd, on="_id", how="left").with_columns(pl.coalesce("_a", "attrs").alias("attrs")).drop("_a").sort("_id")
+    # A few rows change: replaced in place (a join and a sort of the whole frame cost ~0.3 s at 16,384 ranks).
+    upd = pl.col("_id").replace_strict(pl.Series(ids, dtype=pl.UInt32), pl.Series(new, dtype=pl.String), default=None, return_dtype=pl.String)
+    return ev.with_columns(pl.coalesce(upd, pl.col("attrs")).alias("attrs"))
 
 
 def signature_expr() -> pl.Expr:
