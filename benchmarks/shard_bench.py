@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--no-direct", action="store_true", help="skip analyze(<job dir>)")
     ap.add_argument("--resume", action="store_true", help="keep the shards already in <work> (an interrupted run)")
     args = ap.parse_args()
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
 
     job, work = args.job, args.work
     per, spool = work / "pernode", work / "spool" / JOB_ID
