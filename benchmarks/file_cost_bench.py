@@ -75,7 +75,7 @@ def measure(job: Path) -> dict:
     seconds of this process (``time.process_time``: a shared machine's load inflates wall
     times, CPU much less); ingest and analyze also in wall seconds."""
     import crashscope.ingest as ing
-    from crashscope.analyze import analyze
+    from crashscope.pipeline import analyze
     from crashscope.bundle import Skipped, open_ref, scan
 
     out: dict = {}
