@@ -508,3 +508,14 @@ def _yield_tar(stream: BinaryIO, rel: str) -> Iterator[Entry | Skipped]:
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt archive, decompressor errors
         yield Skipped(rel, f"tar archive ends early or is corrupt after {count} members: {exc}")
 
+
+BINARY_CONTROL_FRACTION = 0.05
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
+
+
+def looks_binary(sample: bytes) -> bool:
+    """Control bytes (other than tab, newlines, form feed, backspace, ANSI escape) above 5%."""
+    if not sample:
+        return False
+    controls = len(sample) - len(sample.translate(None, _CONTROL))
+    return controls / len(sample) > BINARY_CONTROL_FRACTION

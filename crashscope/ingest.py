@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 import polars as pl
 import regex
 
-from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, open_ref, rank_hint_from_path, read_head, scan
+from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, looks_binary, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
 from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 BLOCK_BYTES = 32 * 1024 * 1024
 SNIFF_BYTES = 8 * 1024  # sniffers see this much of a file's head (they run on every file)
 MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not a log line)
-BINARY_CONTROL_FRACTION = 0.05
-_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27, 8)) + b"\x7f"
 NEAR_TIE = 0.05
 BATCH_BYTES = 64 * 1024 * 1024
 ITER_SLICE = 16_384  # hit lines made into Python strings at a time
@@ -561,14 +559,6 @@ def _sniff_siblings(head_text: str, entry: Entry, cache: dict | None):  # type: 
     if scores and scores[0][0] > 0:
         cache[key] = (scores[0][0], scores[0][1], scores[1] if len(scores) > 1 else None)
     return scores
-
-
-def looks_binary(sample: bytes) -> bool:
-    """Control bytes (other than tab, newlines, form feed, backspace, ANSI escape) above 5%."""
-    if not sample:
-        return False
-    controls = len(sample) - len(sample.translate(None, _CONTROL))
-    return controls / len(sample) > BINARY_CONTROL_FRACTION
 
 
 def _override(path: str, overrides: dict[str, str] | None):  # type: ignore[no-untyped-def]

@@ -243,8 +243,7 @@ CONTEXT_LINE_CHARS = 400
 def evidence_context(root: Path, report: Report) -> None:
     """Fill ``EvidenceItem.context`` with the lines around each evidence line, read back
     through the bundle's safe open (no symlinks out, bounded, archives in place)."""
-    from crashscope.bundle import Entry, FileRef, open_ref
-    from crashscope.ingest import looks_binary
+    from crashscope.bundle import Entry, FileRef, looks_binary, open_ref
 
     wanted: dict[str, set[int]] = defaultdict(set)
     for e in report.evidence:
