@@ -219,7 +219,7 @@ class FleetDB:
                 cur = dbapi.cursor()
                 cur.execute(f"PRAGMA busy_timeout = {ms}")
                 if create:
-                    cur.execute(f"PRAGMA journal_mode = {'WAL' if wal else 'DELETE'}")
+                    _journal_mode(cur, "wal" if wal else "delete", timeout_s)
                 cur.execute("PRAGMA foreign_keys = ON")
                 cur.execute("PRAGMA synchronous = NORMAL")
                 cur.close()
@@ -448,6 +448,26 @@ class FleetDB:
                 return {"jobs": 0, "implicated": 0}
             return {"jobs": int(conn.execute(select(func.count()).select_from(jobs)).scalar() or 0),
                     "implicated": int(conn.execute(select(func.count()).select_from(imp)).scalar() or 0)}
+
+
+def _journal_mode(cur: Any, want: str, timeout_s: float) -> None:
+    """Set the journal mode once per database file (it persists in the file). Changing it
+    takes an exclusive lock that SQLite does not wait for under busy_timeout, so two first
+    writers race here: the loser retries until ``timeout_s``."""
+    import sqlite3
+    import time
+
+    if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == want:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cur.execute(f"PRAGMA journal_mode = {want}")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class _Transaction:
