@@ -69,15 +69,34 @@ def evaluate(
     if events.height == 0:
         return []
     ctx = _Context(events, expected_ranks)
+    active = [
+        r for r in rules
+        if r.status != "deprecated" and (r.status != "experimental" or include_experimental) and ctx.may_match(r)
+    ]
+    # Which rules' condition holds on some row, for every rule in one polars call (its plans
+    # run together); only those go on to the per-rule work. One query per rule and step
+    # cost more than the matching itself on small jobs.
+    hits = pl.collect_all([events.lazy().filter(ctx.plan(r).pre).select(ctx.plan(r).cond.any()) for r in active])
     out = []
-    for rule in rules:
-        if rule.status == "deprecated" or (rule.status == "experimental" and not include_experimental):
+    for rule, hit in zip(active, hits):
+        if not hit.item():
             continue
         f = evaluate_rule(rule, events, ctx=ctx, max_evidence=max_evidence)
         if f is not None:
             out.append(f)
     out.sort(key=lambda f: (f.first_time is None, f.first_time or 0, f.rule_id))
     return out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A rule's per-event test as polars expressions: ``pre`` (its kinds and sources),
+    ``columns`` (one boolean ``_s_<name>`` per selection) and ``cond`` (the condition over
+    the selections, inlined, for a frame without those columns)."""
+
+    pre: pl.Expr
+    columns: tuple[pl.Expr, ...]
+    cond: pl.Expr
 
 
 class _Context:
@@ -87,6 +106,52 @@ class _Context:
         self.events = events
         self._expected = expected_ranks
         self._rank_hosts: dict[int, set[str]] | None = None
+        self._pairs: dict[str, set[str | None]] | None = None
+        self._codes: dict[str, dict[str, int] | None] = {}
+        self._plans: dict[int, _Plan] = {}
+
+    def plan(self, rule: Rule) -> _Plan:
+        p = self._plans.get(id(rule))
+        if p is None:
+            pre = _one_of(self.events, "kind", sorted(rule_kinds(rule)), self)
+            if rule.sources:
+                pre = pre & _one_of(self.events, "source", list(rule.sources), self)
+            sel = {n: selection_expr(s) for n, s in rule.selections.items()}
+            node = cond.parse(rule.condition, set(rule.selections))
+            p = _Plan(pre, tuple(e.alias(f"_s_{n}") for n, e in sel.items()), _cond_expr(node, sel))
+            self._plans[id(rule)] = p
+        return p
+
+    def enum_codes(self, col: str) -> dict[str, int] | None:
+        """category -> physical code of an Enum column (None: not an Enum); read once (each
+        ``DataFrame.schema`` builds every Enum's categories anew)."""
+        if col not in self._codes:
+            dtype = self.events.schema.get(col)
+            self._codes[col] = {c: i for i, c in enumerate(dtype.categories.to_list())} if isinstance(dtype, pl.Enum) else None
+        return self._codes[col]
+
+    @property
+    def kind_sources(self) -> dict[str, set[str | None]]:
+        """kind -> the sources it comes from in this frame, from one query: a rule whose
+        kinds and sources meet no row needs no query of its own (most rules, most jobs)."""
+        if self._pairs is None:
+            m: dict[str, set[str | None]] = defaultdict(set)
+            df = self.events.select(pl.col("kind").cast(pl.String), pl.col("source").cast(pl.String)).unique()
+            for k, s in df.iter_rows():
+                if k is not None:
+                    m[k].add(s)
+            self._pairs = m
+        return self._pairs
+
+    def may_match(self, rule: Rule) -> bool:
+        """False when no row has one of the rule's kinds (and sources): its filter would be empty."""
+        pairs = self.kind_sources
+        sources = set(rule.sources)
+        for k in rule_kinds(rule):
+            srcs = pairs.get(k)
+            if srcs and (not sources or not sources.isdisjoint(srcs)):
+                return True
+        return False
 
     @property
     def expected_ranks(self) -> int | None:
@@ -164,13 +229,15 @@ def selection_expr(sel: Selection) -> pl.Expr:
     return e.fill_null(False)
 
 
-def _cond_expr(node: cond.Node) -> pl.Expr:
+def _cond_expr(node: cond.Node, inline: dict[str, pl.Expr] | None = None) -> pl.Expr:
+    """The condition over the ``_s_<name>`` columns, or over the selections' own
+    expressions when ``inline`` maps names to them."""
     if isinstance(node, str):
-        return pl.col(f"_s_{node}")
+        return inline[node] if inline is not None else pl.col(f"_s_{node}")
     op = node[0]
     if op == "not":
-        return ~_cond_expr(node[1])
-    a, b = _cond_expr(node[1]), _cond_expr(node[2])
+        return ~_cond_expr(node[1], inline)
+    a, b = _cond_expr(node[1], inline), _cond_expr(node[2], inline)
     return (a & b) if op == "and" else (a | b)
 
 
@@ -194,16 +261,13 @@ def evaluate_rule(
 ) -> Finding | None:
     """Evaluate one rule; None when it does not fire."""
     ctx = ctx or _Context(events, expected_ranks)
-    pre = _one_of(events, "kind", sorted(rule_kinds(rule)))
-    if rule.sources:
-        pre = pre & _one_of(events, "source", list(rule.sources))
-    frame = events.filter(pre)
+    if not ctx.may_match(rule):
+        return None
+    plan = ctx.plan(rule)
+    frame = events.filter(plan.pre)
     if frame.height == 0:
         return None
-    frame = frame.with_row_index("_i").with_columns(
-        pl.col("time").cast(pl.Int64).alias("_t"),
-        *[selection_expr(s).alias(f"_s_{n}") for n, s in rule.selections.items()]
-    )
+    frame = frame.with_row_index("_i").with_columns(pl.col("time").cast(pl.Int64).alias("_t"), *plan.columns)
     node = cond.parse(rule.condition, set(rule.selections))
     matched = frame.filter(_cond_expr(node))
     if matched.height == 0:
@@ -265,15 +329,14 @@ def evaluate_rule(
     return _finding(rule, rows, hosts, ranks, max_evidence)
 
 
-def _one_of(events: pl.DataFrame, col: str, values: list[str]) -> pl.Expr:
-    """``col`` is one of ``values``: on an Enum column by its categories (casting 700k rows
-    to strings for each of 80 rules cost ~1.7 s at 16,384 ranks); a value the Enum does not
-    know matches nothing, as it would as a string."""
-    dtype = events.schema.get(col)
-    if isinstance(dtype, pl.Enum):
-        cats = set(dtype.categories.to_list())
-        known = [v for v in values if v in cats]
-        return pl.col(col).is_in(pl.Series(known, dtype=dtype).implode())
+def _one_of(events: pl.DataFrame, col: str, values: list[str], ctx: _Context | None = None) -> pl.Expr:
+    """``col`` is one of ``values``: on an Enum column by its categories' codes (casting 700k
+    rows to strings for each of 80 rules cost ~1.7 s at 16,384 ranks); a value the Enum does
+    not know matches nothing, as it would as a string."""
+    codes = (ctx or _Context(events, None)).enum_codes(col)
+    if codes is not None:
+        known = sorted({codes[v] for v in values if v in codes})
+        return pl.col(col).to_physical().is_in(pl.Series(known, dtype=pl.UInt32).implode())
     return pl.col(col).cast(pl.String).is_in(values)
 
 

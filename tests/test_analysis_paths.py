@@ -1,0 +1,126 @@
+"""The analysis' fast paths give what their plain reference paths give, on every fixture job.
+
+* the rule engine: ``evaluate`` (one batched polars pass decides which rules' conditions hold
+  anywhere, then only those run) == every rule through ``evaluate_rule`` on its own;
+* the classifier: ``Model.predict_proba`` (plain Python, one row) == the numpy batch form
+  ``proba_matrix`` to 1e-12, and the same after the report's rounding to 4 digits;
+* the features: GPU telemetry attrs decoded once as a struct == one JSON path per key and
+  row; kind counts with only the ``repeat`` rows decoded == a JSON path on every row.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crashscope.classify import features as F
+from crashscope.classify.model import default_model
+from crashscope.engine.evaluate import default_rules, evaluate, evaluate_rule
+from crashscope.pipeline import find, load_timeline
+from crashscope.verdict import _this_job
+from tests.factories import make_events
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = sorted(p for p in (ROOT / "fixtures" / "jobs").iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def analysed() -> dict[str, tuple]:
+    out = {}
+    for job in JOBS:
+        loaded = load_timeline(job)
+        tl = loaded.timeline
+        ev = _this_job(tl.events, tl.job_id)
+        out[job.name] = (tl, ev, find(ev, tl.world_size)[0])
+    return out
+
+
+def _key(findings: list) -> list:
+    return [(f.rule_id, f.first_time, f.count, f.hosts, f.ranks, f.gpus, f.evidence) for f in findings]
+
+
+def test_fixture_corpus_is_there() -> None:
+    assert len(JOBS) >= 20
+
+
+@pytest.mark.parametrize("job", [j.name for j in JOBS])
+def test_batched_rules_equal_each_rule_alone(analysed: dict, job: str) -> None:
+    tl, ev, _ = analysed[job]
+    fast = evaluate(ev, expected_ranks=tl.world_size, include_experimental=True)
+    plain = [evaluate_rule(r, ev, expected_ranks=tl.world_size) for r in default_rules() if r.status != "deprecated"]
+    plain = [f for f in plain if f is not None]
+    plain.sort(key=lambda f: (f.first_time is None, f.first_time or 0, f.rule_id))
+    assert _key(fast) == _key(plain)
+    assert fast or job.startswith("healthy"), "a failed fixture job fires some rule"
+
+
+@pytest.mark.parametrize("job", [j.name for j in JOBS])
+def test_plain_python_classifier_equals_numpy(analysed: dict, job: str) -> None:
+    tl, _, findings = analysed[job]
+    model = default_model()
+    features = F.extract(tl, findings)
+    plain = model.predict_proba(features)
+    batch = model.proba_matrix(model.vector(features)[None, :])[0]
+    for c, p in plain.items():
+        q = float(batch[model.classes.index(c)])
+        assert abs(p - q) <= 1e-12, (c, p, q)
+        assert round(p, 4) == round(q, 4)
+    assert math.isclose(sum(plain.values()), 1.0)
+
+
+def _telemetry_reference(ev: pl.DataFrame) -> pl.DataFrame | None:
+    """One JSON path per key and row (the features' former way)."""
+    tel = ev.filter(pl.col("kind") == "gpu_telemetry")
+    if tel.height == 0:
+        return None
+    return tel.select(
+        pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|").alias("g"),
+        F._attr("temperature", pl.Float64).alias("t"),
+        pl.coalesce(F._attr("reasons_mask", pl.Int64), F._attr("mask", pl.Int64)).alias("m"),
+        F._attr("sm_clock_mhz", pl.Float64).alias("clk"),
+        F._attr("util", pl.Float64).alias("u"),
+    )
+
+
+def _counts_reference(ev: pl.DataFrame) -> dict[str, int]:
+    rep = pl.col("attrs").str.json_path_match("$.repeat").cast(pl.Int64, strict=False).fill_null(1)
+    return dict(ev.group_by(pl.col("kind").cast(pl.String).alias("k")).agg(rep.sum()).iter_rows())
+
+
+@pytest.mark.parametrize("job", [j.name for j in JOBS])
+def test_decoded_once_equals_json_paths(analysed: dict, job: str) -> None:
+    tl, _, _ = analysed[job]
+    ev = tl.events
+    fast, ref = F.telemetry_frame(ev), _telemetry_reference(ev)
+    assert (fast is None) == (ref is None)
+    if fast is not None and ref is not None:
+        assert fast.equals(ref)
+    assert F.kind_counts(ev) == _counts_reference(ev)
+
+
+def test_telemetry_odd_values_read_like_json_paths() -> None:
+    """Strings, floats, nulls, missing keys and a value the struct decode refuses (a list:
+    then every row is read key by key) come out as the JSON paths read them."""
+    rows = [
+        {"temperature": 60, "reasons_mask": 0, "sm_clock_mhz": 1410.5, "util": 99},
+        {"temperature": "91", "mask": 72},
+        {"temperature": None, "reasons_mask": None, "mask": 4},
+        {"util": 50.0},
+        {},
+    ]
+    ev = make_events(*[dict(t=i, kind="gpu_telemetry", source="gpu_csv", host="n1", gpu_index=i, attrs=a) for i, a in enumerate(rows)])
+    assert F.telemetry_frame(ev).equals(_telemetry_reference(ev))  # type: ignore[union-attr]
+    odd = make_events(*[dict(t=i, kind="gpu_telemetry", source="dcgm", host="n1", gpu_index=i, attrs=a) for i, a in enumerate([*rows, {"temperature": [1, 2]}])])
+    assert F.telemetry_frame(odd).equals(_telemetry_reference(odd))  # type: ignore[union-attr]
+    rep = make_events(dict(t=0, kind="xid", attrs={"repeat": 5}), dict(t=1, kind="xid", attrs={"repeat": "x"}), dict(t=2, kind="xid"), dict(t=3, kind="boot"))
+    assert F.kind_counts(rep) == _counts_reference(rep) == {"xid": 7, "boot": 1}
+
+
+def test_numpy_batch_form_still_serves_training() -> None:
+    model = default_model()
+    P = model.proba_matrix(np.zeros((3, len(model.features))))
+    assert P.shape == (3, len(model.classes)) and np.allclose(P.sum(axis=1), 1.0)
