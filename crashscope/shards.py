@@ -53,7 +53,7 @@ def from_storage(frame: pl.DataFrame, *, keep_invalid: bool = False) -> tuple[pl
         if c not in frame.columns:
             cols.append(pl.lit(None, dtype=t).alias(c))
         elif isinstance(t, pl.Enum):
-            cols.append(pl.col(c).cast(pl.String).replace_strict(list(t.categories), list(t.categories), default=None).cast(t).alias(c))
+            cols.append(pl.col(c).cast(pl.String).cast(t, strict=False).alias(c))  # a value not in the vocabulary: null
         elif isinstance(t, pl.Datetime):
             cols.append(pl.col(c).cast(pl.Datetime("ns", "UTC"), strict=False).alias(c))
         else:
@@ -176,86 +176,172 @@ def _shard_warnings(d: Path, meta: dict[str, Any], dropped: int, warnings: list[
     return out
 
 
-def _read_shard_stored(d: Path) -> tuple[pl.DataFrame | None, dict[str, Any], list[str]]:
-    """(stored events frame or None, meta, warnings) of one shard, not yet in the event schema."""
-    import io
-
+def _read_meta(d: Path) -> tuple[dict[str, Any], list[str]]:
+    """(meta, warnings) of one shard; a warning means it is not one this crashscope reads."""
     try:
         meta = json.loads(_read_bounded(d / META, MAX_META_BYTES))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            return None, {}, [f"{d.name}: not a {FORMAT} shard (format {str(meta.get('format') if isinstance(meta, dict) else None)[:40]!r})"]
+            return {}, [f"{d.name}: not a {FORMAT} shard (format {str(meta.get('format') if isinstance(meta, dict) else None)[:40]!r})"]
     except (OSError, ValueError) as e:
-        return None, {}, [f"{d.name}: unreadable shard metadata: {e}"]
+        return {}, [f"{d.name}: unreadable shard metadata: {e}"]
+    return meta, []
+
+
+def _events_error(d: Path, e: BaseException) -> str:
+    return f"{d.name}: unreadable shard events: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _parse_events(d: Path, data: bytes) -> tuple[pl.DataFrame | None, list[str]]:
+    import io
+
     try:
-        frame = pl.read_parquet(io.BytesIO(_read_bounded(d / EVENTS, MAX_EVENTS_BYTES)))
+        return pl.read_parquet(io.BytesIO(data)), []
     except Exception as e:  # noqa: BLE001 - a corrupt parquet costs its shard, not the analysis
-        return None, meta, [f"{d.name}: unreadable shard events: {type(e).__name__}: {str(e)[:200]}"]
-    return frame, meta, []
+        return None, [_events_error(d, e)]
 
 
-def _from_storage_many(frames: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[int]] | None:
-    """:func:`from_storage` of many shards' frames in one pass (three polars calls per
-    shard were most of a 2,048-node merge's reading time): events in shard order and the
-    rows dropped per shard; None when their columns do not stack (each alone then)."""
+def _read_shard_stored(d: Path) -> tuple[pl.DataFrame | None, dict[str, Any], list[str]]:
+    """(stored events frame or None, meta, warnings) of one shard, not yet in the event schema."""
+    meta, warnings = _read_meta(d)
+    if warnings:
+        return None, meta, warnings
     try:
-        tagged = [f.with_columns(pl.lit(i, pl.UInt32).alias("_shard")) for i, f in enumerate(frames)]
-        stacked = pl.concat(tagged, how="diagonal_relaxed")
-        shard = stacked["_shard"]
-        events, _ = from_storage(stacked.drop("_shard"), keep_invalid=True)
-        ok = (pl.col("source").is_not_null() & pl.col("kind").is_not_null() & pl.col("severity").is_not_null() & pl.col("time_quality").is_not_null())
-        flags = events.select(ok.alias("ok"))["ok"]
-    except Exception:  # noqa: BLE001 - a shard of another shape: the per-shard path says which
+        data = _read_bounded(d / EVENTS, MAX_EVENTS_BYTES)
+    except Exception as e:  # noqa: BLE001 - an unreadable file costs its shard, not the analysis
+        return None, meta, [_events_error(d, e)]
+    frame, warnings = _parse_events(d, data)
+    return frame, meta, warnings
+
+
+# The columns as write_shard stores them: what one multi-file read of a spool expects.
+STORED_SCHEMA = {c: (pl.String if isinstance(t, pl.Enum) else t) for c, t in EVENT_SCHEMA.items()}
+
+
+def _read_many(blobs: list[bytes], rows: int) -> pl.DataFrame | None:
+    """Many shards' events.parquet as one frame in one multi-file read (polars decodes them
+    in parallel, with no Python work per shard): None unless every one has the stored
+    columns' types (a missing column is null, one this version does not know is left out)
+    and together they hold ``rows`` rows (their shard.json counts)."""
+    if not blobs:
+        return pl.DataFrame(schema=STORED_SCHEMA)
+    try:
+        frame = pl.scan_parquet(blobs, schema=STORED_SCHEMA, missing_columns="insert", extra_columns="ignore").collect()
+    except Exception:  # noqa: BLE001 - a shard of another shape or a corrupt one: each alone then
         return None
-    dropped = [0] * len(frames)
-    if not flags.all():
-        for i, n in pl.DataFrame({"s": shard, "ok": flags}).filter(~pl.col("ok")).group_by("s").len().iter_rows():
-            dropped[i] = n
-        events = events.filter(flags)
-    return events, dropped
+    return frame if frame.height == rows else None
+
+
+_VALID = pl.col("source").is_not_null() & pl.col("kind").is_not_null() & pl.col("severity").is_not_null() & pl.col("time_quality").is_not_null()
+
+
+def _convert(frame: pl.DataFrame, owners: list[tuple[int, int]], dropped: dict[int, int]) -> pl.DataFrame:
+    """:func:`from_storage` of a run of shards' stored rows (``owners``: (shard, rows) in
+    order) in one pass; the rows dropped are counted per shard in ``dropped``."""
+    events, _ = from_storage(frame, keep_invalid=True)
+    ok = events.select(_VALID.alias("ok"))["ok"]
+    if ok.all():
+        return events
+    ends = pl.Series([n for _, n in owners], dtype=pl.Int64).cum_sum()
+    bad = pl.Series(range(frame.height), dtype=pl.Int64).filter(~ok)
+    for pos, n in pl.DataFrame({"p": ends.search_sorted(bad, side="right")}).group_by("p").len().iter_rows():
+        i = owners[pos][0]
+        dropped[i] = dropped.get(i, 0) + n
+    return events.filter(ok)
 
 
 def read_spool(root: Path | str) -> Spool | None:
-    """The shards under ``root`` as one frame, or None when ``root`` holds no shard."""
+    """The shards under ``root`` as one frame, or None when ``root`` holds no shard.
+
+    The events of a spool are those of its shards read one by one (:func:`read_shard`), in
+    shard order, with the same warnings: the shards that look whole (parquet magic at both
+    ends, an event count in shard.json) are decoded in one multi-file read and converted to
+    the event schema in one pass; any other shard, and all of them when that read fails or
+    its row count disagrees with the shards' counts, is read alone."""
     from crashscope.ingest import FileRecord
 
     root = Path(root)
     dirs = shard_dirs(root)
     if not dirs:
         return None
-    files, warnings, nodes = [], [], []
-    stored: list[tuple[int, pl.DataFrame]] = []  # (index in metas, stored frame)
     metas: list[tuple[Path, dict[str, Any], list[str]]] = []  # warnings: the shard could not be read
-    for d in dirs:
-        frame, meta, w = _read_shard_stored(d)
-        if frame is not None and frame.height:
-            stored.append((len(metas), frame))
+    data: dict[int, bytes] = {}
+    fast: list[int] = []
+    for i, d in enumerate(dirs):
+        meta, w = _read_meta(d)
+        if not w:
+            try:
+                data[i] = _read_bounded(d / EVENTS, MAX_EVENTS_BYTES)
+            except Exception as e:  # noqa: BLE001 - an unreadable file costs its shard, not the analysis
+                w = [_events_error(d, e)]
         metas.append((d, meta, w))
-    many = _from_storage_many([f for _, f in stored]) if stored else (pl.DataFrame(schema=EVENT_SCHEMA), [])
-    if many is not None:
-        frames = [many[0]] if many[0].height else []
-        dropped = {i: n for (i, _), n in zip(stored, many[1])}
-        for i, (d, meta, w) in enumerate(metas):
-            warnings.extend(w or _shard_warnings(d, meta, dropped.get(i, 0), []))
-    else:  # each shard on its own, as read_shard reads it
-        frames = []
-        for d, _meta, _w in metas:
-            events, _, w2 = read_shard(d)
-            warnings.extend(w2)
-            if events.height:
-                frames.append(events)
-    for d, meta, w in metas:
+        n = meta.get("events")
+        if i in data and type(n) is int and n >= 0 and len(data[i]) >= 12 and data[i][:4] == data[i][-4:] == b"PAR1":
+            fast.append(i)
+    many = _read_many([data[i] for i in fast], sum(metas[i][1]["events"] for i in fast))
+    rows = {i: metas[i][1]["events"] for i in fast} if many is not None else {}
+    # runs of shards in order: (stored frame, [(shard, rows)]); a run of the multi-file read
+    # is a slice of it, any other shard is a run of its own
+    runs: list[tuple[pl.DataFrame, list[tuple[int, int]]]] = []
+    at = 0
+    for i, (d, _meta, w) in enumerate(metas):
+        if many is not None and i in rows:
+            if runs and runs[-1][0] is many and runs[-1][1][-1][0] == i - 1:
+                runs[-1][1].append((i, rows[i]))
+            else:
+                runs.append((many, [(i, rows[i])]))
+            continue
+        if i not in data:
+            continue
+        frame, w2 = _parse_events(d, data[i])
+        if frame is None:
+            metas[i] = (d, _meta, w2)
+        elif frame.height:
+            runs.append((frame, [(i, frame.height)]))
+    frames: list[pl.DataFrame] = []
+    dropped: dict[int, int] = {}
+    for frame, owners in runs:
+        if frame is many:
+            n = sum(k for _, k in owners)
+            frame, at = frame.slice(at, n), at + n
+        try:
+            events = _convert(frame, owners, dropped)
+        except Exception:  # noqa: BLE001 - a column that does not convert: each shard alone, as read_shard
+            events = _convert_each(frame, owners, dropped, metas)
+        if events.height:
+            frames.append(events)
+    warnings: list[str] = []
+    files, nodes = [], []
+    for i, (d, meta, w) in enumerate(metas):
+        warnings.extend(w or _shard_warnings(d, meta, dropped.get(i, 0), []))
         node = meta.get("node")
         if isinstance(node, str):
             nodes.append(node)
         for f in (meta.get("coverage") or {}).get("files") or []:
             if isinstance(f, dict) and isinstance(f.get("file"), str):
-                known = {k: f[k] for k in ("file", "kind", "confidence", "events", "bytes", "lines", "warnings", "runner_up", "runner_up_confidence", "note") if k in f}
-                try:
-                    files.append(FileRecord(**known))
+                try:  # the fields this version knows (a newer shard's others are left out)
+                    files.append(FileRecord(**{k: v for k, v in f.items() if k in _RECORD_FIELDS}))
                 except TypeError:
                     continue
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
     return Spool(root=root, shards=dirs, events=events, files=files, warnings=warnings, nodes=sorted(set(nodes)))
+
+
+_RECORD_FIELDS = frozenset(("file", "kind", "confidence", "events", "bytes", "lines", "warnings", "runner_up", "runner_up_confidence", "note"))
+
+
+def _convert_each(frame: pl.DataFrame, owners: list[tuple[int, int]], dropped: dict[int, int],
+                  metas: list[tuple[Path, dict[str, Any], list[str]]]) -> pl.DataFrame:
+    """A run whose conversion failed, one shard at a time: a shard that does not convert
+    costs itself (its warning), not the run."""
+    out, at = [], 0
+    for i, n in owners:
+        part, at = frame.slice(at, n), at + n
+        try:
+            out.append(_convert(part, [(i, n)], dropped))
+        except Exception as e:  # noqa: BLE001 - as read_shard
+            d, meta, _ = metas[i]
+            metas[i] = (d, meta, [_events_error(d, e)])
+    return pl.concat(out, how="vertical") if out else pl.DataFrame(schema=EVENT_SCHEMA)
 
 
 def file_records(records: list[Any]) -> list[dict[str, Any]]:

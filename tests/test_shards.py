@@ -3,6 +3,7 @@ direct analysis gives; a broken shard costs itself, not the analysis."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -81,3 +82,80 @@ def test_a_corrupt_shard_is_a_warning(tmp_path):  # type: ignore[no-untyped-def]
 
 def test_not_a_spool():
     assert read_spool(FIXTURES / "exception_rank1_srun") is None
+
+
+@functools.lru_cache(maxsize=1)
+def _fixture_events() -> pl.DataFrame:
+    return ingest(FIXTURES / "exception_rank1_srun").events
+
+
+def _spool_with(tmp_path: Path, odd: str) -> Path:
+    """A spool of the fixture's shards (one per host) plus one shard of an odd kind."""
+    events = _fixture_events()
+    spool = tmp_path / "1"
+    for (host,), part in events.group_by(["host"], maintain_order=True):
+        write_shard(spool, host or "_job", part, node=host, job_id="1", files=[{"file": f"{host}.log", "kind": "pytorch", "events": part.height}],
+                    warnings=[f"w {host}"], seconds=0.0)
+    stored = to_storage(events.head(6))
+    d = spool / "m-odd.shard"  # sorts between the hosts' shards: its events land mid-spool
+    d.mkdir()
+    meta: dict[str, object] = {"format": "crashscope-shard/1", "node": "m-odd", "events": stored.height, "warnings": ["from m-odd"]}
+    if odd == "newer_values":  # two rows with a kind this version does not know: dropped, counted on m-odd
+        stored = stored.with_columns(pl.when(pl.int_range(pl.len()) < 2).then(pl.lit("a_kind_from_a_newer_crashscope")).otherwise(pl.col("kind")).alias("kind"))
+    elif odd == "newer_column":  # a column this version does not know: left out
+        stored = stored.with_columns(pl.lit(1).alias("a_newer_column"))
+    elif odd == "older_columns":  # an older shard without some columns: null there
+        stored = stored.drop("gpu_index", "year_assumed")
+    elif odd == "other_types":  # rank as Int64, time in microseconds: the multi-file read refuses, each shard alone
+        stored = stored.with_columns(pl.col("rank").cast(pl.Int64), pl.col("time").dt.cast_time_unit("us"))
+    elif odd == "no_count":
+        del meta["events"]
+    elif odd == "wrong_count":
+        meta["events"] = stored.height + 1
+    stored.write_parquet(d / EVENTS)
+    if odd == "corrupt_inside":  # parquet magic at both ends, garbage between
+        (d / EVENTS).write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
+    (d / META).write_text(json.dumps(meta))
+    return spool
+
+
+ODD = ["none", "newer_values", "newer_column", "older_columns", "other_types", "no_count", "wrong_count", "corrupt_inside"]
+
+
+@pytest.mark.parametrize("odd", ODD)
+def test_spool_read_is_each_shard_read_alone(tmp_path, odd):  # type: ignore[no-untyped-def]
+    """read_spool (one multi-file read, one conversion) gives exactly what reading each shard
+    alone gives: events in shard order, warnings (dropped rows counted on their shard), files."""
+    from crashscope.shards import read_shard, shard_dirs
+
+    spool = _spool_with(tmp_path, odd)
+    if odd == "none":
+        (spool / "m-odd.shard" / EVENTS).unlink()
+        (spool / "m-odd.shard" / META).unlink()
+        (spool / "m-odd.shard").rmdir()
+    alone = [read_shard(d) for d in shard_dirs(spool)]
+    sp = read_spool(spool)
+    assert sp is not None
+    want = pl.concat([e for e, _, _ in alone if e.height])
+    assert sp.events.schema == EVENT_SCHEMA
+    assert sp.events.to_dicts() == want.to_dicts()
+    assert sp.warnings == [w for _, _, ws in alone for w in ws]
+    assert [f.file for f in sp.files] == [f["file"] for _, m, _ in alone for f in (m.get("coverage") or {}).get("files") or []]
+    if odd == "newer_values":
+        assert "m-odd.shard: 2 event(s) with values this crashscope does not know were dropped" in sp.warnings
+    if odd == "corrupt_inside":
+        assert any(w.startswith("m-odd.shard: unreadable shard events") for w in sp.warnings)
+    base = _fixture_events().height
+    assert sp.events.height == base + {"none": 0, "newer_values": 4, "corrupt_inside": 0}.get(odd, 6)
+
+
+def test_a_whole_spool_is_one_read(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """Shards as write_shard writes them are decoded in one multi-file read: none alone."""
+    import crashscope.shards as shards
+
+    spool = _spool_with(tmp_path, "newer_values")
+    def alone(*a: object) -> None:
+        raise AssertionError("a whole shard was read alone")
+    monkeypatch.setattr(shards, "_parse_events", alone)
+    sp = read_spool(spool)
+    assert sp is not None and sp.events.height == _fixture_events().height + 4
