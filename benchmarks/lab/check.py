@@ -86,11 +86,15 @@ def check(d: Path) -> list[str]:
     elif k == "ckpt_fifo":
         if not re.search(r"^p\S+ .*model_optim_rng\.pt$", (d / "ckpt_listing.txt").read_text(), re.M):
             bad.append("no FIFO in the checkpoint listing")
-        if not re.search(r"saving checkpoint at iteration 20\b", logs[0]):
+        it = int(re.search(r"iter_(\d{7})", t["fault"]).group(1))
+        if not re.search(r"saving checkpoint at iteration %d\b" % it, logs[0]):
             bad.append("rank 0 never began the blocked save")
-        if re.search(r"successfully saved checkpoint at iteration 20\b", logs[0]):
+        if re.search(r"successfully saved checkpoint at iteration %d\b" % it, logs[0]):
             bad.append("the blocked save finished")
         peers_failed()
+    elif k == "oom" and "prlimit" in (t["fault"] or ""):
+        if "DefaultCPUAllocator: can't allocate memory" not in logs[ranks[0]]:
+            bad.append("the address-space-limited rank logged no allocation failure")
     elif k == "oom":
         dm = (d / "dmesg.txt").read_text() if (d / "dmesg.txt").exists() else ""
         pid = re.search(r"started pid=(\d+)", logs[ranks[0]]).group(1)
@@ -127,6 +131,8 @@ def check(d: Path) -> list[str]:
     elif k == "timelimit":
         if state != "TIMEOUT":
             bad.append(f"JobState {state}, expected TIMEOUT")
+        if "throttled" in (t["fault"] or "") and "a checkpoint write was in flight" not in t["notes"]:
+            bad.append("no checkpoint write was in flight at the time limit")
     elif k == "exception":
         if "ValueError: Expected input batch_size" not in logs[ranks[0]]:
             bad.append("the culprit's ValueError is not in its log")

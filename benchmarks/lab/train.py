@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import io
 import logging
 import os
 import socket
@@ -97,8 +98,21 @@ def save_checkpoint(args, it, model, opt):
         log.info("saving checkpoint at iteration %d to %s", it, args.save)
         d = os.path.join(args.save, f"iter_{it:07d}", "mp_rank_00")
         os.makedirs(d, exist_ok=True)
-        torch.save({"iteration": it, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "rng_state": torch.get_rng_state()}, os.path.join(d, "model_optim_rng.pt"))
+        obj = {"iteration": it, "model": model.state_dict(), "optimizer": opt.state_dict(),
+               "rng_state": torch.get_rng_state()}
+        path = os.path.join(d, "model_optim_rng.pt")
+        if args.save_slow > 0:
+            # slow storage: the same bytes, written in 20 chunks spread over save_slow seconds
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            data, n = buf.getvalue(), 20
+            with open(path, "wb") as f:
+                for i in range(n):
+                    f.write(data[i * len(data) // n:(i + 1) * len(data) // n])
+                    f.flush()
+                    time.sleep(args.save_slow / n)
+        else:
+            torch.save(obj, path)
         with open(os.path.join(args.save, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(it))
     dist.barrier()
@@ -173,6 +187,8 @@ def main() -> None:
     p.add_argument("--fault-rank", type=int, default=3)
     p.add_argument("--fault-step", type=int, default=15)
     p.add_argument("--leak-mb", type=int, default=96)
+    p.add_argument("--save-slow", type=float, default=0.0,
+                   help="write each checkpoint in 20 chunks spread over this many seconds (slow storage)")
     p.add_argument("--ddp", action="store_true",
                    help="wrap in DistributedDataParallel (default: explicit flat-gradient all_reduce). "
                         "torch 2.13.0+cpu segfaults in DDP's constructor (Logger.set_construction_data_and_log) "
