@@ -11,6 +11,7 @@ from crashscope.sources import flight_recorder
 from crashscope.sources import dcgm
 from crashscope.sources import envdump
 from crashscope.sources import nsys
+from crashscope.sources import apt_history
 from crashscope.sources.base import FileSource, LineSource, Source
 
 SOURCES: tuple[Source, ...] = (
@@ -29,6 +30,7 @@ SOURCES: tuple[Source, ...] = (
     dcgm.SOURCE,
     envdump.SOURCE,
     nsys.SOURCE,
+    apt_history.SOURCE,
 )
 
 LINE_SOURCES: tuple[LineSource, ...] = tuple(s for s in SOURCES if isinstance(s, LineSource))
