@@ -159,3 +159,23 @@ def test_a_whole_spool_is_one_read(tmp_path, monkeypatch):  # type: ignore[no-un
     monkeypatch.setattr(shards, "_parse_events", alone)
     sp = read_spool(spool)
     assert sp is not None and sp.events.height == _fixture_events().height + 4
+
+
+def test_the_merge_secret_filter_skips_only_strings_it_would_not_change():
+    """scrub_report (the merge, on every string of a report) leaves a string without any
+    pattern's fixed part as it is: the same output as running every pattern, on a real
+    report's strings and on strings made to hit each pattern, case-folding included."""
+    from crashscope.epilog.secrets import _scrub_all, scrub, scrub_report
+    from crashscope.report.render import render_json
+
+    report, _, _ = analyze(FIXTURES / "exception_rank1_srun")
+    strings: list[str] = []
+    report.map_strings(lambda s: strings.append(s) or s)
+    made = ["WANDB_API_KEY=0123456789abcdef", "my_passwd: 'x y'", "tO\u212aEN=abc", "pa\u017f\u017fword=hunter2", "credent\u0130al=1",
+            "ghp_" + "a" * 30, "x github_pat_" + "b" * 22, "hf_" + "c" * 21, "AKIAIOSFODNN7EXAMPLE", "xoxb-1234567890ab",
+            "Authorization: bearer abcdefgh.ij", "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+            "sk-" + "d" * 24, "https://bob:hunter2@example.org/x", "plain text", "node001 rank 3", ""]
+    for s in strings + made:
+        assert scrub(s) == (_scrub_all(s) if s else s), s
+    assert [s for s in made if scrub(s) == s] == ["plain text", "node001 rank 3", ""]
+    assert render_json(scrub_report(report)) == render_json(report.map_strings(_scrub_all))
