@@ -286,6 +286,25 @@ def last_progress_line(text):
     return last
 
 
+def program_fault_first(logs: dict, r0: int, at: int) -> tuple:
+    """First failure of a bug in the program on rank r0 at iteration `at`: its own error line when
+    the error is raised at once (the exception; DETAIL's fingerprint check of a shape or op
+    mismatch), else -- a mismatched collective without DETAIL just hangs until the process-group
+    timeout -- the moment the rank began the step in which it issued it: its progress line of
+    iteration at-1 (every rank logs one progress line per iteration)."""
+    line = first_line(logs[r0], r" failed: ")
+    prog = [ln for ln in logs[r0].splitlines() if PROG.search(ln)]
+    prev = prog[at - 2] if 2 <= at <= len(prog) + 1 else None
+    t_err, t_prev = (log_time(line) if line else None), (log_time(prev) if prev else None)
+    if t_err is not None and (t_prev is None or (t_err - t_prev).total_seconds() <= PG_TIMEOUT / 2):
+        return t_err, r0, f"rank {r0}'s own error line: {line.split(' - ', 3)[-1][:160]}"
+    if t_prev is not None:
+        return (t_prev, r0, f"rank {r0} began iteration {at}, where it issues the faulty collective, right after this "
+                f"progress line (its peers then hang until the {PG_TIMEOUT} s timeout; its error line comes at "
+                f"{iso(t_err) if t_err else 'no time'})")
+    return None, r0, "NOT FOUND"
+
+
 # ---------------------------------------------------------------- fault helpers
 def ports_of(pid) -> list[int]:
     r = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True)
@@ -620,9 +639,7 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     nodes = sorted({RANK_NODE[k] for k in ranks})
     if kind in ("exception", "shape", "collmismatch"):
         r0 = ranks[0]
-        line = first_line(logs[r0], r" failed: ")
-        ff = (log_time(line) if line else None, r0,
-              f"rank {r0}'s own error line: {line.split(' - ', 3)[-1][:160] if line else 'NOT FOUND'}")
+        ff = program_fault_first(logs, r0, sc["at"])
         fault = {"exception": f"--fault exception: rank {r0} feeds a target batch one row short to "
                               f"F.cross_entropy at iteration {sc['at']}",
                  "shape": f"--fault shape: rank {r0} all_reduces a 3-element metrics tensor (peers: 2) "

@@ -64,6 +64,9 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return []
     seen = set(int(r) for r in own["rank"].unique().to_list()) | _exited_ranks(events)
     reporters = set(int(r) for r in bad["rank"].unique().to_list())
+    cut = _isolated_coordinator(loss, own, seen) or _ring_send_blocked(loss, seen, world)
+    if cut is not None:
+        return [_cut_off_finding(ev, own, loss, *cut)]
     named = _named_lagging(loss)
     # The barrier knows who did not arrive; without it, the ranks that said nothing.
     silent = sorted(named) if named else sorted(seen - reporters)
@@ -141,6 +144,104 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
 
 
 PARTITION_SLACK_S = 10.0  # the two sides' timeouts fire within this of each other
+CUT_WEIGHT = 0.5  # one rank cut off, read from who waited on whom (no rank was silent)
+# ProcessGroupGloo::monitoredBarrier (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp): ranks != 0
+# send to rank 0 and wait for its reply; when that fails they raise "Rank N successfully reached
+# monitoredBarrier, but received errors while waiting for send/recv from rank 0. ..."; rank 0 waits
+# for every other rank and raises "Ranks a, b, c failed to pass monitoredBarrier in T ms".
+_REACHED_BARRIER = "successfully reached monitoredBarrier"
+
+
+def _isolated_coordinator(loss: pl.DataFrame, own: pl.DataFrame, seen: set[int]) -> tuple[int, str, list[dict[str, Any]]] | None:
+    """The barrier's coordinator named every other rank as missing while those ranks say they
+    reached the barrier and could not exchange with it: they were there, it heard none of them.
+    The one rank that could not talk to anyone is the one cut off (both sides alive and waiting)."""
+    d = loss.filter((pl.col("kind") == Kind.DESYNC_REPORT.value) & pl.col("rank").is_not_null())
+    for row in d.sort("time", nulls_last=True).iter_rows(named=True):
+        a = attrs_of(row["attrs"])
+        if a.get("via") != "monitoredBarrier":
+            continue
+        coord = int(row["rank"])
+        lagging = {r for r in a.get("lagging_ranks") or [] if isinstance(r, int)}
+        if coord in lagging or len(lagging) < 2 or not (seen - {coord}) <= lagging:
+            continue
+        said = own.filter(pl.col("rank").is_in(sorted(lagging)) & pl.col("message").str.contains(_REACHED_BARRIER, literal=True))
+        reached = sorted(set(int(r) for r in said["rank"].to_list()))
+        if len(reached) * 2 < len(lagging) or len(reached) < 2:
+            continue
+        why = (f"rank {coord}'s monitoredBarrier named every other rank ({', '.join(map(str, sorted(lagging)))}) as missing, "
+               f"while rank(s) {', '.join(map(str, reached))} said they reached the barrier and could not exchange with rank {coord}")
+        rows = [row] + [said.filter(pl.col("rank") == r).row(0, named=True) for r in reached[:2]]
+        return coord, why, rows
+    return None
+
+
+def _ring_send_blocked(loss: pl.DataFrame, seen: set[int], world: int | None) -> tuple[int, str, list[dict[str, Any]]] | None:
+    """gloo's ring allreduce (third_party/gloo/gloo/allreduce.cc: ``recvRank = rank + 1``,
+    ``sendRank = rank - 1``, modulo the group size) waits on its right neighbour's data and on its
+    left neighbour taking its own. When every rank timed out at the same moment (no one silent:
+    all alive) and exactly one of them timed out on a *send*, the data stopped at the rank it was
+    sending to: that rank (or its link) was cut off. Needs the default group (global ranks) of
+    at least 3 ranks, all of them seen reporting."""
+    if loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
+        return None  # a barrier that names ranks says more than the ring does
+    n = world or (max(seen) + 1 if seen else 0)
+    if n < 3 or set(range(n)) != seen:
+        return None
+    timed = loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"])
+    # A rank's first report: its own timeout, or "Connection closed by peer" when a peer that timed
+    # out first closed its pairs (gloo's signalException: "Application timeout caused pair closure").
+    first: dict[int, dict[str, Any]] = {}
+    for row in timed.iter_rows(named=True):
+        if row["kind"] in (Kind.COLLECTIVE_TIMEOUT.value, Kind.NETWORK_ERROR.value):
+            first.setdefault(int(row["rank"]), row)
+    if set(first) != seen:
+        return None
+    t = [r["time"] for r in first.values()]
+    if (max(t) - min(t)).total_seconds() > PARTITION_SLACK_S:
+        return None
+    waits = {r: attrs_of(row["attrs"]) for r, row in first.items() if row["kind"] == Kind.COLLECTIVE_TIMEOUT.value}
+    if any(attrs_of(row["attrs"]).get("transport") != "gloo" for row in first.values()):
+        return None
+    senders = [r for r, w in waits.items() if w.get("wait") == "send"]
+    if len(senders) != 1 or not any(w.get("wait") == "recv" for w in waits.values()):
+        return None
+    s = senders[0]
+    cut = (s - 1) % n
+    if waits.get(cut, {}).get("wait") not in ("recv", "pair closed on timeout"):
+        return None  # the cut-off rank was alive and waiting too: its own timeout, at the same moment
+    why = (f"all {n} ranks timed out together; rank {s} alone timed out sending, and in gloo's ring allreduce "
+           f"rank {s} sends to rank {cut}")
+    rows = [first[s]] + ([first[cut]] if cut in first else [])
+    return cut, why, rows
+
+
+def _cut_off_finding(ev: pl.DataFrame, own: pl.DataFrame, loss: pl.DataFrame, rank: int, why: str,
+                     rows: list[dict[str, Any]]) -> Finding:
+    host = _host_of(ev).get(rank)
+    t_loss = loss["time"].drop_nulls().min()
+    last = _last_own_event(own, [rank], t_loss).get(rank)
+    ev_rows = ([last] if last is not None else []) + [dict(r, _t=_ns(r["time"])) for r in rows]
+    evidence = tuple(_evidence(r) for r in ev_rows[:MAX_EVIDENCE])
+    title = f"Rank {rank} was cut off from its peers: {why}"
+    return Finding(
+        rule_id=RULE_ID, title=title, cause="fabric_timeout", role="cause", status="stable", weight=CUT_WEIGHT,
+        first_time=last["_t"] if last is not None else (evidence[0].time if evidence else None), count=1,
+        hosts=tuple(h for h in (host,) if h), ranks=(rank,), gpus=(), evidence=evidence,
+        explanation=(
+            "Every rank was alive and waiting (each reported its own timeout), so none had died or hung; what the "
+            "waits say is where the data stopped: at this rank. Its network path (interface, link, firewall, "
+            "switch port) is the suspect. The gloo and barrier texts name no peer address, so this is read from "
+            "who waited on whom."
+        ),
+        actions=(
+            "Check the named rank's node network: interface errors and link state (ip -s link, ethtool), firewall rules, the switch port; run a point-to-point test between it and its ring neighbours.",
+        ),
+    )
+
+
+def _ns(t: Any) -> int | None:
+    return int(t.timestamp() * 1_000_000_000) if t is not None else None
 
 
 def _timed_out_too(loss: pl.DataFrame, ranks: list[int], t_loss: Any) -> bool:
