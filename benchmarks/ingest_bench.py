@@ -56,7 +56,8 @@ def timed(cmd: list[str], *, stdout: int | None = subprocess.DEVNULL) -> dict[st
     # CPU seconds (user + system, children included): on a shared machine the wall time
     # of both tools grows with the load, their CPU time much less
     cpu = float(m.group(3)) + float(m.group(4)) if m else 0.0
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 2), "rss_mb": round(rss_kb / 1024, 1), "rc": proc.returncode}
+    err = "\n".join(proc.stderr.strip().splitlines()[:-1])  # what the command itself wrote (--profile)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 2), "rss_mb": round(rss_kb / 1024, 1), "rc": proc.returncode, "stderr": err}
 
 
 def generate(out: Path, target_gb: float, reuse: bool, nodes: int = 128) -> Path:
@@ -121,7 +122,8 @@ def main() -> None:
                 with open(count_path, "w") as fh:
                     rgs.append(timed([args.rg, "-c", "-e", GREP_PATTERN, str(job)], stdout=fh.fileno()))
             with open(report_path, "w") as fh:
-                runs.append(timed([*cli, "analyze", str(job), "--format", "json"], stdout=fh.fileno()))
+                # --profile: where the time went (stages, each source's wall and CPU seconds)
+                runs.append(timed([*cli, "analyze", str(job), "--format", "json", "--profile"], stdout=fh.fileno()))
         grep = min(greps, key=lambda r: r["wall_s"])
         cs = min(runs, key=lambda r: r["wall_s"])
         rg = min(rgs, key=lambda r: r["wall_s"]) if rgs else None
@@ -142,6 +144,7 @@ def main() -> None:
             "ratio_to_grep": round(cs["wall_s"] / max(grep["wall_s"], 1e-3), 2),
             "cpu_ratio_to_grep": round(cs["cpu_s"] / max(grep["cpu_s"], 1e-3), 2),
             "stage_seconds": report.get("analysis", {}).get("stage_seconds"),
+            "profile": cs["stderr"][cs["stderr"].find("profile:"):] if "profile:" in cs["stderr"] else None,
             "cause": report.get("cause"),
             "implicated_nodes": report.get("implicated", {}).get("nodes"),
         }
@@ -154,6 +157,9 @@ def main() -> None:
             f"{r['size_gb']:>8} {r['ranks']:>6} {r['files']!s:>6} {r['crashscope_s']:>10} {r['crashscope_mb_s']:>8} {r['crashscope_rss_mb']:>12} "
             f"{r['grep_s']:>8} {r['rg_s']!s:>6} {r['ratio_to_grep']:>7} {r['cpu_ratio_to_grep']:>6}  {r['cause']}"
         )
+    for r in results["runs"]:
+        if r.get("profile"):
+            print(f"\n{r['size_gb']} GB, fastest crashscope run:\n{r['profile']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -163,25 +163,32 @@ class _Progress:
 def profile_text(report: Any, result: Any, slowest: int = 5) -> str:
     """Where the time went: the stages, then per source the files, bytes and parse seconds
     (summed over the worker processes, so they can exceed the ingest's wall time)."""
+    import resource
     from collections import defaultdict
 
     from crashscope.report.safe import escape_controls
 
     stages = (report.analysis or {}).get("stage_seconds") or {}
     lines = ["profile: " + "  ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f"  (total {(report.analysis or {}).get('seconds', 0):.2f} s)"]
-    per: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    per: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
     for f in result.files:
         row = per[f.kind]
         row[0] += 1
         row[1] += f.bytes
         row[2] += f.seconds
-    lines.append(f"  {'source':<16} {'files':>7} {'MB':>9} {'parse s':>8} {'MB/s':>8}")
-    for kind, (n, b, s) in sorted(per.items(), key=lambda kv: -kv[1][2]):
-        rate = f"{b / 1e6 / s:8.1f}" if s > 0 else f"{'-':>8}"
-        lines.append(f"  {escape_controls(kind, 16):<16} {int(n):>7} {b / 1e6:>9.1f} {s:>8.2f} {rate}")
+        row[3] += getattr(f, "cpu_seconds", 0.0)
+    # CPU seconds beside wall seconds: on a shared machine the wall time grows with the
+    # load, the CPU time much less (MB/s is per CPU second)
+    lines.append(f"  {'source':<16} {'files':>7} {'MB':>9} {'parse s':>8} {'CPU s':>8} {'ms/file':>8} {'MB/CPU s':>9}")
+    for kind, (n, b, s, c) in sorted(per.items(), key=lambda kv: -kv[1][3]):
+        rate = f"{b / 1e6 / c:9.1f}" if c > 0 else f"{'-':>9}"
+        lines.append(f"  {escape_controls(kind, 16):<16} {int(n):>7} {b / 1e6:>9.1f} {s:>8.2f} {c:>8.2f} {c / max(n, 1) * 1e3:>8.2f} {rate}")
     top = sorted(result.files, key=lambda f: -f.seconds)[:slowest]
     if top:
         lines.append("  slowest files: " + ", ".join(f"{escape_controls(f.file, 80)} {f.seconds:.2f} s" for f in top))
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines.append(f"  CPU: this process {me.ru_utime + me.ru_stime:.2f} s, worker processes {kids.ru_utime + kids.ru_stime:.2f} s; "
+                 f"peak RSS {me.ru_maxrss / 1024:.0f} MB (workers' {kids.ru_maxrss / 1024:.0f} MB)")
     return "\n".join(lines) + "\n"
 
 
