@@ -124,3 +124,22 @@ def test_numpy_batch_form_still_serves_training() -> None:
     model = default_model()
     P = model.proba_matrix(np.zeros((3, len(model.features))))
     assert P.shape == (3, len(model.classes)) and np.allclose(P.sum(axis=1), 1.0)
+
+
+def test_attrs_fields_read_like_json_paths_and_reuse_only_equal_rows() -> None:
+    from crashscope.timeline import attrs_fields
+
+    keys = ("a", "b")
+    texts = ['{"a":1,"b":"x"}', '{"a": 2.5, "c": 3}', None, "{}", '{"b":true,"a":null}', '{"a":{"nested":1}}']
+
+    def ref(s: pl.Series) -> pl.DataFrame:
+        return s.rename("x").to_frame().select(*[pl.col("x").str.json_path_match(f"$.{k}").alias(k) for k in keys])
+
+    plain = pl.Series(texts[:5], dtype=pl.String)
+    first = attrs_fields(plain, keys)
+    assert first.equals(ref(plain))
+    assert attrs_fields(plain.clone(), keys) is first  # equal rows: decoded once
+    odd = pl.Series(texts, dtype=pl.String)  # an object value: the struct decode refuses, paths read it
+    assert attrs_fields(odd, keys).equals(ref(odd))
+    other = pl.Series(['{"a":7}'] + texts[1:5], dtype=pl.String)
+    assert attrs_fields(other, keys)["a"].to_list() == ["7", "2.5", None, None, None]

@@ -48,7 +48,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
-from crashscope.timeline import attrs_of
+from crashscope.timeline import TELEMETRY_KEYS, attrs_fields, attrs_of
 
 TRACE_WEIGHT = 0.55
 TRACE_THROTTLED_WEIGHT = 0.75  # the straggler's own GPU reports a slowdown: where and why
@@ -258,13 +258,15 @@ def _step_time_outlier(ev: pl.DataFrame) -> Finding | None:
 # -- telemetry: clocks far below the peers' ----------------------------------------------------------------
 
 def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Finding]:
-    d = ev.filter((pl.col("kind") == Kind.GPU_TELEMETRY.value) & pl.col("host").is_not_null() & pl.col("gpu").is_not_null())
-    if d.height == 0:
+    tel = ev.filter(pl.col("kind") == Kind.GPU_TELEMETRY.value)
+    if tel.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null()).height == 0:
         return []
-    d = d.with_columns(
-        pl.col("attrs").str.json_path_match("$.sm_clock_mhz").cast(pl.Float64, strict=False).alias("_clk"),
-        pl.col("attrs").str.json_path_match("$.util").cast(pl.Float64, strict=False).alias("_util"),
-    ).filter(pl.col("_clk").is_not_null() & (pl.col("_util") >= BUSY_UTIL))
+    # every telemetry row's attrs decoded once, shared with the classifier's telemetry features
+    a = attrs_fields(tel["attrs"], TELEMETRY_KEYS)
+    d = tel.with_columns(
+        a["sm_clock_mhz"].cast(pl.Float64, strict=False).alias("_clk"),
+        a["util"].cast(pl.Float64, strict=False).alias("_util"),
+    ).filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("_clk").is_not_null() & (pl.col("_util") >= BUSY_UTIL))
     per = d.group_by(["host", "gpu"]).agg(pl.col("_clk").median().alias("med"), pl.len().alias("n"))  # sources thin series to ~1/min
     if per.height < 3:
         return []

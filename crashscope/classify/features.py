@@ -47,7 +47,7 @@ import polars as pl
 from crashscope.engine.model import Finding
 from crashscope.schema import CAUSES, Kind
 from crashscope.slurm_state import final_state
-from crashscope.timeline import Timeline
+from crashscope.timeline import TELEMETRY_KEYS, Timeline, attrs_fields
 
 # Bump when the meaning of any feature changes (the list check alone catches renames only).
 FEATURES_VERSION = 2  # 2: one final Slurm state (crashscope.slurm_state); trace and telemetry features
@@ -177,34 +177,21 @@ def kind_counts(ev: pl.DataFrame) -> dict[str, int]:
     return counts
 
 
-TELEMETRY_KEYS: dict[str, Any] = {"temperature": pl.Float64, "reasons_mask": pl.Int64, "mask": pl.Int64, "sm_clock_mhz": pl.Float64, "util": pl.Float64}
-
-
 def telemetry_frame(ev: pl.DataFrame) -> pl.DataFrame | None:
     """The GPU telemetry rows as the features read them: ``g`` (host|gpu|index), ``t``
     (temperature), ``m`` (the clock-event reason mask), ``clk`` (SM clock), ``u`` (util).
-
-    The attrs are decoded once, as a struct of the keys above (strings, then cast as a JSON
-    path match's text would be): one JSON path per key and row cost ~1.8 us each, and 409k
-    telemetry rows at 16,384 ranks were read seven times over. A column the struct decode
-    refuses (a key holding a list or an object somewhere) is read key by key instead."""
+    The attrs are decoded once for every stage that reads them (:func:`attrs_fields`)."""
     tel = ev.filter(pl.col("kind") == Kind.GPU_TELEMETRY.value)
     if tel.height == 0:
         return None
-    g = pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|").alias("g")
-    try:
-        a = tel.select(g, pl.col("attrs").str.json_decode(pl.Struct({k: pl.String for k in TELEMETRY_KEYS})).alias("_a"))
-        field = {k: pl.col("_a").struct.field(k).cast(t, strict=False) for k, t in TELEMETRY_KEYS.items()}
-        src = a
-    except pl.exceptions.PolarsError:
-        field = {k: _attr(k, t) for k, t in TELEMETRY_KEYS.items()}
-        src = tel.with_columns(g)
-    return src.select(
+    a = attrs_fields(tel["attrs"], TELEMETRY_KEYS)
+    g = pl.concat_str([pl.col("host").fill_null("?"), pl.col("gpu").fill_null(""), pl.col("gpu_index").cast(pl.String).fill_null("")], separator="|")
+    return tel.select(g.alias("g")).hstack(a).select(
         "g",
-        field["temperature"].alias("t"),
-        pl.coalesce(field["reasons_mask"], field["mask"]).alias("m"),
-        field["sm_clock_mhz"].alias("clk"),
-        field["util"].alias("u"),
+        pl.col("temperature").cast(pl.Float64, strict=False).alias("t"),
+        pl.coalesce(pl.col("reasons_mask").cast(pl.Int64, strict=False), pl.col("mask").cast(pl.Int64, strict=False)).alias("m"),
+        pl.col("sm_clock_mhz").cast(pl.Float64, strict=False).alias("clk"),
+        pl.col("util").cast(pl.Float64, strict=False).alias("u"),
     )
 
 

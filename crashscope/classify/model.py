@@ -1,4 +1,4 @@
-"""The shipped cause classifier: parameters in JSON, prediction in numpy.
+"""The shipped cause classifier: parameters in JSON, prediction in plain Python.
 
 The model is a standardiser followed by a multinomial logistic regression, trained offline
 by :mod:`crashscope.classify.train` with scikit-learn and stored as plain numbers (no
@@ -18,6 +18,11 @@ File format (``crashscope/data/classifier.json``)::
 Loading checks that ``features`` equals :data:`crashscope.classify.features.FEATURES` and
 that ``features_version`` matches, so a model trained for other features is refused with
 a message saying how to retrain, instead of silently scoring the wrong columns.
+
+One job is one row of ~140 features and ~11 classes: :meth:`Model.predict_proba` does that
+arithmetic in plain Python (an analysis never imports numpy for it: ~0.1 s per process);
+the batch forms :meth:`Model.logits` / :meth:`Model.proba_matrix` (training, evaluation)
+use numpy. The two agree to ~1e-15 (summation order); tests check it on every fixture.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from crashscope.classify.features import FEATURES, FEATURES_VERSION
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMAT = 1
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "classifier.json"
@@ -45,12 +52,14 @@ class ClassifierError(ValueError):
 
 @dataclass(frozen=True)
 class Model:
+    """Parameters as loaded (tuples of floats) or as fitted (numpy arrays, in training)."""
+
     classes: tuple[str, ...]
     features: tuple[str, ...]
-    mean: np.ndarray  # (d,)
-    scale: np.ndarray  # (d,)
-    coef: np.ndarray  # (k, d)
-    intercept: np.ndarray  # (k,)
+    mean: Any  # (d,)
+    scale: Any  # (d,)
+    coef: Any  # (k, d)
+    intercept: Any  # (k,)
     temperature: float = 1.0
     model_version: str = ""
     features_version: int = FEATURES_VERSION
@@ -62,26 +71,50 @@ class Model:
         """Same as ``model_version`` (features version + a hash of the parameters)."""
         return self.model_version
 
-    def vector(self, features: Mapping[str, float]) -> np.ndarray:
-        """Feature dict -> vector in this model's order (absent or non-finite values are 0)."""
-        out = np.zeros(len(self.features), dtype=np.float64)
-        for i, name in enumerate(self.features):
+    def values(self, features: Mapping[str, float]) -> list[float]:
+        """Feature dict -> values in this model's order (absent or non-finite values are 0)."""
+        out = []
+        for name in self.features:
             v = features.get(name, 0.0)
             try:
                 v = float(v)
             except (TypeError, ValueError):
                 v = 0.0
-            out[i] = v if math.isfinite(v) else 0.0
+            out.append(v if math.isfinite(v) else 0.0)
         return out
+
+    def vector(self, features: Mapping[str, float]) -> np.ndarray:
+        """:meth:`values` as a numpy vector."""
+        import numpy as np
+
+        return np.asarray(self.values(features), dtype=np.float64)
 
     def logits(self, X: np.ndarray) -> np.ndarray:
         """Uncalibrated class scores for rows of ``X`` (n, d)."""
-        Z = (np.atleast_2d(X) - self.mean) / self.scale
-        return Z @ self.coef.T + self.intercept
+        import numpy as np
+
+        Z = (np.atleast_2d(X) - np.asarray(self.mean, dtype=np.float64)) / np.asarray(self.scale, dtype=np.float64)
+        return Z @ np.asarray(self.coef, dtype=np.float64).T + np.asarray(self.intercept, dtype=np.float64)
 
     def proba_matrix(self, X: np.ndarray) -> np.ndarray:
         """Calibrated probabilities (n, k), rows summing to 1."""
         return softmax(self.logits(X) / self.temperature)
+
+    @cached_property
+    def _params(self) -> tuple[list[float], list[float], list[list[float]], list[float]]:
+        return _flat(self.mean), _flat(self.scale), [_flat(r) for r in self.coef], _flat(self.intercept)
+
+    def proba(self, x: Sequence[float]) -> list[float]:
+        """Calibrated probabilities of one row ``x`` (in :attr:`features` order), in
+        :attr:`classes` order: ``softmax((W @ ((x - mean) / scale) + b) / T)``."""
+        mean, scale, coef, intercept = self._params
+        z = [(v - m) / s for v, m, s in zip(x, mean, scale)]
+        t = self.temperature
+        logits = [(sum(w * v for w, v in zip(row, z)) + b) / t for row, b in zip(coef, intercept)]
+        top = max(logits)
+        e = [math.exp(v - top) for v in logits]
+        total = sum(e)
+        return [v / total for v in e]
 
     def predict_proba(self, features: Mapping[str, float]) -> dict[str, float]:
         """Calibrated probability of each class for one job's features (sums to 1).
@@ -92,7 +125,7 @@ class Model:
         Returns:
             ``{cause: probability}`` for every class of the model, most likely first.
         """
-        p = self.proba_matrix(self.vector(features)[None, :])[0]
+        p = self.proba(self.values(features))
         order = sorted(range(len(self.classes)), key=lambda i: (-p[i], self.classes[i]))
         return {self.classes[i]: float(p[i]) for i in order}
 
@@ -111,6 +144,8 @@ class Model:
 
 
 def softmax(L: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     L = L - L.max(axis=1, keepdims=True)
     E = np.exp(L)
     return E / E.sum(axis=1, keepdims=True)
@@ -121,8 +156,21 @@ def _round(v: float) -> float:
     return float(f"{float(v):.10g}")
 
 
+def _flat(a: Any) -> list[float]:
+    """A vector (a sequence or numpy array; nested ones flattened) as Python floats."""
+    if hasattr(a, "ravel"):
+        a = a.ravel().tolist()
+    out: list[float] = []
+    for v in a:
+        if isinstance(v, (list, tuple)) or hasattr(v, "ravel"):
+            out.extend(_flat(v))
+        else:
+            out.append(float(v))
+    return out
+
+
 def _floats(a: Sequence[float] | np.ndarray) -> list[float]:
-    return [_round(v) for v in np.asarray(a, dtype=np.float64).ravel()]
+    return [_round(v) for v in _flat(a)]
 
 
 def dumps(model: Model) -> str:
@@ -143,10 +191,10 @@ def model_from_json(obj: Any, *, where: str = "model", check_features: bool = Tr
     try:
         features = tuple(str(x) for x in obj["features"])
         classes = tuple(str(x) for x in obj["classes"])
-        mean = np.asarray(obj["scaler"]["mean"], dtype=np.float64)
-        scale = np.asarray(obj["scaler"]["scale"], dtype=np.float64)
-        coef = np.asarray(obj["logistic"]["coef"], dtype=np.float64)
-        intercept = np.asarray(obj["logistic"]["intercept"], dtype=np.float64)
+        mean = _vector(obj["scaler"]["mean"])
+        scale = _vector(obj["scaler"]["scale"])
+        coef = tuple(_vector(row) for row in _rows(obj["logistic"]["coef"]))
+        intercept = _vector(obj["logistic"]["intercept"])
         cal = dict(obj.get("calibration") or {})
         temperature = float(cal.get("temperature", 1.0))
         fv = int(obj.get("features_version", -1))
@@ -163,15 +211,17 @@ def model_from_json(obj: Any, *, where: str = "model", check_features: bool = Tr
         if fv != FEATURES_VERSION:
             raise ClassifierError(f"{where}: trained for features version {fv}, this crashscope computes version {FEATURES_VERSION}; {RETRAIN_HINT}")
     d, k = len(features), len(classes)
-    if k < 2 or mean.shape != (d,) or scale.shape != (d,) or coef.shape != (k, d) or intercept.shape != (k,):
+    widths = sorted({len(row) for row in coef})
+    if k < 2 or len(mean) != d or len(scale) != d or len(coef) != k or widths != [d] or len(intercept) != k:
+        shape = f"({len(coef)}, {'/'.join(map(str, widths)) or 0})"
         raise ClassifierError(
-            f"{where}: inconsistent shapes ({k} classes, {d} features, coef {coef.shape}, intercept {intercept.shape}); {RETRAIN_HINT}"
+            f"{where}: inconsistent shapes ({k} classes, {d} features, coef {shape}, intercept ({len(intercept)},)); {RETRAIN_HINT}"
         )
-    if not (np.isfinite(mean).all() and np.isfinite(scale).all() and np.isfinite(coef).all() and np.isfinite(intercept).all()):
+    if not all(math.isfinite(v) for v in (*mean, *scale, *intercept, *(v for row in coef for v in row))):
         raise ClassifierError(f"{where}: non-finite parameters; {RETRAIN_HINT}")
     if not math.isfinite(temperature) or temperature <= 0:
         raise ClassifierError(f"{where}: calibration temperature must be > 0, got {temperature}")
-    scale = np.where(scale == 0, 1.0, scale)
+    scale = tuple(1.0 if v == 0 else v for v in scale)
     return Model(
         classes=classes,
         features=features,
@@ -185,6 +235,19 @@ def model_from_json(obj: Any, *, where: str = "model", check_features: bool = Tr
         calibration=cal,
         training=dict(obj.get("training") or {}),
     )
+
+
+def _rows(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list of rows, got {type(v).__name__}")
+    return v
+
+
+def _vector(v: Any) -> tuple[float, ...]:
+    """A JSON list of numbers as floats (TypeError/ValueError otherwise: malformed)."""
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list of numbers, got {type(v).__name__}")
+    return tuple(float(x) for x in v)
 
 
 def load_model(path: Path | str | None = None) -> Model:

@@ -203,7 +203,9 @@ def activity(ev: pl.DataFrame) -> Activity:
     gpus = dict(hosted.filter(kind.is_in([Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value]))
                 .group_by("host").agg(gpu_id.drop_nulls().n_unique()).iter_rows())
     throttle: dict[str, set[str]] = defaultdict(set)
-    trows = hosted.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]) & pl.col("attrs").str.contains('"reasons"', literal=True))
+    # Only rows whose text names a serious reason can add one (most telemetry lists only gpu_idle).
+    serious = pl.col("attrs").str.contains_any([f'"{r}"' for r in SERIOUS_REASONS])
+    trows = hosted.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]) & pl.col("attrs").str.contains('"reasons"', literal=True) & serious)
     # A host's telemetry repeats a few reason lists: each distinct list is decoded once.
     listed = pl.col("_r").str.starts_with("[").fill_null(False)
     trows = trows.select("host", "attrs", pl.col("attrs").str.json_path_match("$.reasons").alias("_r"))
