@@ -24,6 +24,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
+from crashscope.sources.base import short_host
 from crashscope.verdict import CONFIDENT_LINE as CONFIDENT
 
 # Causes that concern the whole job (the scheduler's decision, a clean run): a node named
@@ -99,7 +100,8 @@ def score(case: Case, report: dict[str, Any]) -> Score:
     """Compare a report (the JSON contract as a dict) with a case's truth."""
     imp = report.get("implicated") or {}
     scored = case.cause not in WHOLE_JOB_CAUSES
-    node_ok = set(imp.get("nodes") or ()) == set(case.nodes) if case.nodes and scored else None
+    # Hosts are compared by short name, as crashscope reports them (torchrun prints FQDNs).
+    node_ok = {short_host(n) for n in imp.get("nodes") or ()} == {short_host(n) for n in case.nodes} if case.nodes and scored else None
     rank_ok = set(imp.get("ranks") or ()) == set(case.ranks) if case.ranks and scored else None
     return Score(
         case=case,

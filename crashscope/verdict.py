@@ -56,6 +56,8 @@ LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where 
 WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed")
 LOCATE_WITHIN_S = 120.0
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
+LONE_NETWORK = "lone-network-reset"  # analyses/lone_network.py: a reset and nothing else wrong
+PEER_LOG_MISSING = "the peer's own log (the other end of the reset connection): did that process die?"
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
 
 
@@ -177,6 +179,9 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.summary = _unknown_summary(symptoms, hang_suspects, v.missing)
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
+        elif (first_down := _first_observed_failure(ev)) is not None:
+            # No cause, no hang suspect: the process torchelastic saw fail first is where to look.
+            v.implicated = first_down
         v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
         if symptoms:
             first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
@@ -204,6 +209,9 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             None,
         )
     v.cause = top
+    if primary is not None and primary.rule_id == LONE_NETWORK and PEER_LOG_MISSING not in v.missing:
+        # A reset alone is a hypothesis: the peer's own log would say whether it died.
+        v.missing.append(PEER_LOG_MISSING)
     coverage_penalty = 0.9 ** min(len(v.missing), 3)
     # However the votes fall, a verdict is only as sure as its most decisive line: a 0.6
     # rule (a lone traceback) cannot reach the 0.8 that promises the cause is right.
@@ -216,9 +224,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         if narrowed:
             v.implicated = _implicated(narrowed, ev)
         elif top == "driver_drift" and len(v.implicated.nodes) == 2:
-            older = _older_host(ev, v.implicated.nodes)
+            older = _older_host(ev, v.implicated.nodes) or _plugin_missing_host(ev, v.implicated.nodes)
             if older:
                 v.implicated = _restrict(v.implicated, older, ev)
+        if not v.implicated.ranks:
+            v.implicated = _ranks_from_launcher(v.implicated, primary, ev)
         # The first failure is the earliest in-window evidence of the verdict's cause (an
         # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
         hosts = set(v.implicated.nodes)
@@ -503,6 +513,92 @@ def _older_host(ev: pl.DataFrame, hosts: list[str]) -> str | None:
 def _restrict(imp: Implicated, host: str, ev: pl.DataFrame) -> Implicated:
     on_host = set(ev.filter(pl.col("host") == host)["rank"].drop_nulls().to_list())
     return Implicated(nodes=[host], ranks=[r for r in imp.ranks if r in on_host], gpus=[g for g in imp.gpus if g.get("node") == host])
+
+
+def _plugin_missing_host(ev: pl.DataFrame, hosts: list[str]) -> str | None:
+    """Two hosts, one on NCCL's internal network plugin because it could not find the
+    external one the other loads: the host missing the plugin is the suspect (like the
+    older version, a node the installation missed)."""
+    cfg = ev.filter((pl.col("kind") == Kind.NET_CONFIG.value) & pl.col("host").is_in(hosts)).select(
+        "host", pl.col("attrs").str.json_path_match("$.net_plugin_kind").alias("k"), pl.col("attrs").str.json_path_match("$.plugin_missing").alias("m")
+    )
+    kinds: dict[str, set[str]] = defaultdict(set)
+    missing = set()
+    for h, k, m in cfg.iter_rows():
+        if k:
+            kinds[h].add(k)
+        if m:
+            missing.add(h)
+    internal = [h for h in hosts if kinds.get(h) == {"internal"} and h in missing]
+    external = [h for h in hosts if kinds.get(h) == {"external"}]
+    return internal[0] if len(internal) == 1 and len(external) == 1 else None
+
+
+def _ev_attrs(ev: pl.DataFrame, f: Any) -> list[dict[str, Any]]:
+    """The attrs of the event rows behind a finding's evidence (by file and line)."""
+    places = {(e.file, e.line) for e in f.evidence if e.line is not None}
+    if not places:
+        return []
+    files = sorted({p[0] for p in places})
+    rows = ev.filter(pl.col("file").is_in(files) & pl.col("line").is_in(sorted({p[1] for p in places}))).select("file", "line", "attrs")
+    out = []
+    for file, line, a in rows.iter_rows():
+        if (file, line) in places and a:
+            try:
+                d = json.loads(a)
+            except ValueError:
+                continue
+            if isinstance(d, dict):
+                out.append(d)
+    return out
+
+
+MAX_NAMED_RANKS = 64
+
+
+def _ranks_from_launcher(imp: Implicated, f: Any, ev: pl.DataFrame) -> Implicated:
+    """Ranks the cause lines name through their launcher when the lines carry none:
+    ``srun: error: <node>: task <n>: Out Of Memory`` names task n, which is the global rank
+    when srun starts one task per rank (no torchrun in the job: under torchrun a task is a
+    node); torch.multiprocessing.spawn's ``-- Process <i> terminated with the following
+    error`` names the process index i, the rank in a job on one node."""
+    rows = _ev_attrs(ev, f)
+    if not rows:
+        return imp
+    from crashscope.timeline import under_torchrun
+
+    ranks: set[int] = set()
+    tasks = [t for d in rows for t in (d.get("tasks") or []) if isinstance(t, int) and not isinstance(t, bool)]
+    if tasks and not any(d.get("spawn_process") is not None for d in rows) and not under_torchrun(ev):
+        ranks.update(tasks)
+    spawned = {d["spawn_process"] for d in rows if isinstance(d.get("spawn_process"), int)}
+    if not ranks and len(spawned) == 1 and _one_node(ev):
+        ranks.update(spawned)
+    if not ranks or len(ranks) > MAX_NAMED_RANKS:
+        return imp
+    return Implicated(nodes=imp.nodes, ranks=sorted(ranks), gpus=imp.gpus)
+
+
+def _one_node(ev: pl.DataFrame) -> bool:
+    """Nothing in the logs names or implies a second node."""
+    hosts = ev.filter(pl.col("host").is_not_null() & (pl.col("source") != "sacct"))["host"].unique()
+    if hosts.len() > 1:
+        return False
+    from crashscope.timeline import _job_nodes
+
+    return len(_job_nodes(ev)) <= 1
+
+
+def _first_observed_failure(ev: pl.DataFrame) -> Implicated | None:
+    """torchelastic's "Root Cause (first observed failure)": the earliest such entry's host
+    and rank (several agents print one each; the earliest failed first)."""
+    rc = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("attrs").str.contains('"root":true', literal=True))
+    if rc.height == 0:
+        return None
+    first = rc.sort("time", "file", "line", nulls_last=True).row(0, named=True)
+    if first["host"] is None and first["rank"] is None:
+        return None
+    return Implicated(nodes=[first["host"]] if first["host"] else [], ranks=[int(first["rank"])] if first["rank"] is not None else [])
 
 
 LINE_SOURCES_FIRST = {"nccl": 0, "pytorch": 0, "kernel": 0, "slurm": 0}

@@ -18,6 +18,7 @@ from crashscope.analyses import progress, silence
 from crashscope.analyses import collectives
 from crashscope.analyses import stragglers
 from crashscope.analyses import checkpoint_io, nccl_env
+from crashscope.analyses import lone_network
 from crashscope.engine.model import Finding
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ ANALYSES: dict[str, Analysis] = {
     "stragglers": stragglers.stragglers,
     "nccl-env": nccl_env.nccl_env,
     "checkpoint-io": checkpoint_io.checkpoint_io,
+    "lone-network-reset": lone_network.lone_network_reset,
 }
 
 

@@ -174,7 +174,9 @@ def _entry(
     codes = raw.get("codes") or []
     if not isinstance(codes, list) or not all(isinstance(c, int) for c in codes):
         raise CatalogError(f"{where}: codes must be a list of integers")
-    pattern = "|".join([regex.escape(t) for t in texts] + [f"(?:{p})" for p in patterns])
+    # Patterns first: where a pattern and a plain text match at the same place, the pattern's
+    # captures (the ranks, the status) are what the hit should carry (leftmost alternative wins).
+    pattern = "|".join([f"(?:{p})" for p in patterns] + [regex.escape(t) for t in texts])
     if validate:
         try:
             regex.compile(pattern)

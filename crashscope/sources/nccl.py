@@ -225,10 +225,16 @@ _SOCK_ACCEPT = lazy_compile(r"(?P<func>\w+): (?:Accept failed: (?P<err>.+)|excee
 _SOCK_TRUNC = lazy_compile(r"NET/Socket ?: peer (?P<peer>\S+) message truncated")
 _NO_IFACE = lazy_compile(r"Net : No interface found in the same subnet as remote address (?P<peer>\S+)")
 _PROXY = lazy_compile(
-    r"""\[(?:Proxy\ [Ss]ervice(?:\ UDS)?(?:\ \d+)?|Proxy\ Progress|Service\ thread)\]\ (?P<what>.*)
+    r"""\[(?:Proxy\ [Ss]ervice(?:\ UDS)?(?:\ (?P<tp>\d+))?|Proxy\ Progress|Service\ thread)\]\ (?P<what>.*)
       | (?P<func>ncclProxy\w+)\ call\ to\ tpRank\ .*failed\ :\ (?P<ret>-?\d+)""",
     regex.VERBOSE,
 )
+# A launcher's rank tag right before the NCCL prefix: OpenMPI ``--tag-output``
+# ``[jobid,rank]<stdout>:`` (orte/mca/iof/base/iof_base_output.c; ``--timestamp-output`` puts
+# ctime() or an ISO stamp in front), horovodrun's ``[rank]<stdout>:`` (horovod/runner/common/
+# util/safe_shell_exec.py prefix_connection, asctime() in front), and the bare ``[rank]`` glued to
+# the host that pastes of horovodrun output show. The MPI rank is the training rank there.
+_RANK_TAG = lazy_compile(r"\[(?:(?P<job>\d{1,10}),)?(?P<rank>\d{1,7})\](?:<(?P<stream>stdout|stderr|stddiag)>:)?\s?$")
 _PROXY_EXEC = lazy_compile(r"Failed to execute operation (?P<op>\S+) from rank (?P<rank>\d+), retcode (?P<ret>-?\d+)")
 _PROXY_PROGRESS = lazy_compile(r"operation=(?P<op>\S+?), res=(?P<ret>-?\d+)")
 _OTHER_NET = lazy_compile(r"NET/(?P<t>[A-Za-z]+)")
@@ -317,14 +323,20 @@ class NcclSource(LineSource):
             return
         level = m.group("level")
         msg = (m.group("msg") or "").rstrip()
-        time, tq = self._time(text[: m.start("host")], m.group("ts"), ctx, ts_cache)
+        before = text[: m.start()]  # what precedes the NCCL prefix (its "[ts] " included)
+        tag = _RANK_TAG.search(before[-40:]) if before else None
+        if tag is not None and tag.group("job") is None and tag.group("stream") is None and not tag.group(0).endswith("]"):
+            tag = None  # a bare "[N]" counts only glued to the host, as in pastes of horovodrun output
+        if tag is not None:
+            before = before[: len(before) - len(tag.group(0))]
+        time, tq = self._time(before, m.group("ts"), ctx, ts_cache)
         base: dict[str, Any] = {
             "time": time,
             "time_quality": tq,
             "host": m.group("host"),
             "pid": _int(m.group("pid")),
             "gpu_index": _int(m.group("dev")),
-            "rank": pre.rank,
+            "rank": pre.rank if pre.rank is not None else (int(tag.group("rank")) if tag else None),
             "local_rank": pre.local_rank,
         }
         extra: dict[str, Any] = {"tid": _int(m.group("tid"))} if m.group("tid") else {}
@@ -355,7 +367,13 @@ class NcclSource(LineSource):
         ctx.emit(kind, lineno, msg, severity=severity, attrs=a, **kw)
 
     def _time(self, before: str, ts: str | None, ctx: ParseContext, cache: dict) -> tuple[int | None, TimeQuality]:
-        """Time of a prefix: the ``[ts]`` group or a custom-format stamp right before the host."""
+        """Time of a prefix: the ``[ts]`` group or a custom-format stamp right before the host.
+        A zoned stamp a collector put in front of the line (``kubectl logs --timestamps``
+        RFC 3339, journald) beats NCCL's own zone-less ``[ts]``, which is the process's local time."""
+        if ts is not None and before.strip():
+            outer = self._time(before, None, ctx, cache)
+            if outer[1] == TimeQuality.EXACT:
+                return outer
         cand = ts if ts is not None else before.rstrip()
         if not cand:
             return None, TimeQuality.MISSING
@@ -650,7 +668,10 @@ class NcclSource(LineSource):
                 attrs.update(op=pp.group("op"), retcode=int(pp.group("ret")))
             elif m.group("ret"):
                 attrs.update(op=m.group("func"), retcode=int(m.group("ret")))
-            self._emit(ctx, net, lineno, msg, base, extra, attrs, E)
+            # proxy.cc WARN("[Proxy Service %d] ...", proxyState->tpRank, ...): the proxy thread's own
+            # rank (the process it runs in); "from rank %d" is the local peer that asked it.
+            tp = {"rank": int(m.group("tp"))} if m.group("tp") and base["rank"] is None else {}
+            self._emit(ctx, net, lineno, msg, base, extra, attrs, E, **tp)
             return
         m = _CUDA.match(msg)
         if m:

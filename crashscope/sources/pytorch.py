@@ -121,6 +121,10 @@ _PREFILTER_PARTS = (
     r"(?:Read|Write) error \[?[0-9A-Fa-f.:]+\]?:\d+: ",
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation",
     r"Running collective: CollectiveFingerPrint\(",
+    # DDP's unused-parameter error names the raising rank on a line of its own (reducer.cpp)
+    r"did not receive grad for rank \d",
+    # torch.multiprocessing.spawn: the child's traceback follows this banner
+    r"-- Process \d+ terminated with the following error",
     # ProcessGroupGloo::monitoredBarrier on ranks != 0: c10::str(error, "\n Original exception: \n", e.what()):
     # the line between a logging record's first line and the gloo error it continues
     r"^ Original exception: ",
@@ -219,6 +223,13 @@ _FP_OP = lazy_compile(r"OpType=(?P<op>\w+)")
 _FP_SHAPE = lazy_compile(r"TensorShape=(?P<shape>\[[^\]]*\])")
 
 _TB_START = lazy_compile(r"^Traceback \(most recent call last\):\s*$")
+# torch/multiprocessing/spawn.py ProcessRaisedException: "\n\n-- Process %d terminated with the following
+# error:\n" + the child's traceback; %d is the spawn index i of fn(i, *args), the process's local rank.
+_SPAWN_BANNER = lazy_compile(r"^-- Process (?P<idx>\d{1,6}) terminated with the following error:\s*$")
+# torch/csrc/distributed/c10d/reducer.cpp: "Parameter indices which did not receive grad for rank "
+# << process_group_->getRank() << ": ..." (and "Parameters which ..." with TORCH_DISTRIBUTED_DEBUG):
+# a line of the rank's own "Expected to have finished reduction ..." RuntimeError.
+_NO_GRAD_RANK = lazy_compile(r"^Parameter(?:s| indices) which did not receive grad for rank (?P<rank>\d{1,7}):")
 _TB_FRAME = lazy_compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$')
 _TB_CHAIN = lazy_compile(r"^(?:During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)\s*$")
 _EXC_LINE = lazy_compile(
@@ -323,6 +334,7 @@ class _Tb:
     chained: list[str] = field(default_factory=list)
     exc: _Ev | None = None  # set when the exception line was seen; emitted unless a chain follows
     awaiting_chain: bool = False
+    spawn: int | None = None  # the mp.spawn process index of the banner right above it
     ident: dict[str, Any] | None = None  # the logging record it is part of (rank, time), when one
 
 
@@ -399,6 +411,7 @@ class _Parser:
         self.headers = HeaderReader(ctx)
         self.cont: tuple[int, dict[str, Any]] | None = None  # (line, identity) of the record the next line may continue
         self.ident: dict[str, Any] | None = None  # the current line's record identity (its own header's or inherited)
+        self.spawn: tuple[int, int] | None = None  # (line, index) of the last mp.spawn "-- Process N terminated" banner
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
@@ -440,6 +453,13 @@ class _Parser:
         text = text.rstrip("\r\n")
         key = (prefix.task, prefix.local_rank, prefix.rank)
         prev_n, self.prev_n = self.prev_n, n
+        if text.startswith(("-- Process ", "Parameter")):
+            if sm := _SPAWN_BANNER.match(text):
+                self.spawn = (n, int(sm.group("idx")))
+                return
+            if gm := _NO_GRAD_RANK.match(text):
+                self._no_grad_rank(n, key, int(gm.group("rank")))
+                return
 
         # continuation of a multi-line NCCL error message ("ncclSystemError: ...")
         m = _NCCL_ENUM.match(text.strip())
@@ -769,6 +789,10 @@ class _Parser:
             attrs["seqs"] = seqs
         if ops:
             attrs["ops"] = ops
+        if base["rank"] is None and ranks:
+            # ProcessGroupWrapper: "Rank " << getRank() << " is running collective: ..., but Rank " << i
+            # << " is running ...": the first rank named is the reporting process's own.
+            base = dict(base, rank=ranks[0])
         self.add(_Ev(Kind.COLLECTIVE_MISMATCH, message=msg.strip(), severity=sev or Severity.ERROR, attrs=attrs, **base))
 
     # -- desync report (multi-line, continuation lines are adjacent) ---------------------------
@@ -829,7 +853,8 @@ class _Parser:
                 return True
             if tb is not None:
                 self._close_tb(key, truncated=tb.exc is None)
-            self.tb[key] = _Tb(start=n, last=n, ident=self.ident)
+            spawn = self.spawn[1] if self.spawn is not None and 0 < n - self.spawn[0] <= 2 else None
+            self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn)
             return True
         if tb is None:
             if not _TB_FRAME.match(text):
@@ -865,6 +890,9 @@ class _Parser:
                 attrs["frames"] = len(tb.frames)
             if tb.chained:
                 attrs["chained"] = list(tb.chained)
+            if tb.spawn is not None:
+                attrs["spawn_process"] = tb.spawn
+                lr = lr if lr is not None else tb.spawn
             base = dict(line=n, time=None, tq=None, rank=rank, local_rank=lr)
             if rank is None and tb.ident is not None:
                 # the traceback a logging record printed (logger.exception): the record's rank and time
@@ -881,6 +909,19 @@ class _Parser:
             self._exception_specials(n, typ, etext, base)
             return True
         return False  # some other line (a c10 log, a desync line) in the middle; keep the block open
+
+    def _no_grad_rank(self, n: int, key: tuple, rank: int) -> None:
+        """The rank DDP's unused-parameter error names: the raising exception's rank (the
+        open traceback's of this prefix, else the last exception event a few lines up)."""
+        tb = self.tb.get(key)
+        cands = [tb.exc] if tb is not None and tb.exc is not None else []
+        cands += [e for e in reversed(self.events[-8:]) if e.kind == Kind.EXCEPTION]
+        for ev in cands:
+            if 0 < n - ev.line <= 12:
+                if ev.rank is None:
+                    ev.rank = rank
+                ev.attrs.setdefault("unused_params_rank", rank)
+                return
 
     def _close_tb(self, key: tuple, truncated: bool = False) -> None:
         tb = self.tb.pop(key, None)

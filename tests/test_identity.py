@@ -1,0 +1,240 @@
+"""Who it was: the rank and node a cause line names through its launcher or its own text, and
+the lone connection reset (issue 8, parts 3, 4 and 7). Lines are in the real formats (the
+upstream source that prints each is cited where it is parsed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from crashscope.analyses.lone_network import RULE_ID, lone_network_reset
+from crashscope.pipeline import analyze
+from crashscope.sources.base import ParseOptions
+from crashscope.testing import parse_text
+from crashscope.verdict import CONFIDENT_LINE, PEER_LOG_MISSING
+from tests.factories import make_events
+
+OPTS = ParseOptions(tz=ZoneInfo("Asia/Shanghai"), tz_known=False, year=2026, month=9)
+
+
+def _rows(source: str, text: str) -> list[dict]:
+    df, _ = parse_text(source, text, options=OPTS)
+    rows = df.to_dicts()
+    for r in rows:
+        r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else {}
+    return rows
+
+
+# -- NCCL lines behind a launcher's rank tag -----------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("line", "rank"),
+    [
+        # OpenMPI --timestamp-output --tag-output (orte iof_base_output.c)
+        ("2019-06-02T16:13:44.884Z: [1,12]<stdout>:c57:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error", 12),
+        # horovodrun: asctime() then [rank]<stream>: (safe_shell_exec.prefix_connection)
+        ("Tue Nov 27 13:49:06 2018[3]<stderr>:w7:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.0.0.9<41468> failed : Connection timed out", 3),
+        # the same tag as pasted, without its stream
+        ("[15]worker-23:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.0.0.9<41468> failed : Connection timed out", 15),
+        # a bare "[N] " with a space is not a rank tag
+        ("[15] worker-23:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.0.0.9<41468> failed : Connection timed out", None),
+    ],
+)
+def test_nccl_rank_from_the_launcher_tag(line: str, rank: int | None) -> None:
+    (r, *_) = _rows("nccl", line)
+    assert r["kind"] == "network_error" and r["rank"] == rank
+    assert r["host"] in ("c57", "w7", "worker-23")
+
+
+def test_the_mpirun_stamp_before_the_tag_is_the_line_time() -> None:
+    (r, *_) = _rows("nccl", "2019-06-02T16:13:44.884Z: [1,12]<stdout>:c57:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error")
+    assert r["time"].isoformat().startswith("2019-06-02T16:13:44.884")
+    assert r["time_quality"] == "exact"
+
+
+def test_a_collector_zoned_stamp_beats_nccls_own_local_stamp() -> None:
+    # kubectl logs --timestamps (RFC 3339, UTC) around NCCL >= 2.26's zone-less [%F %T] (UTC+8 here)
+    (r, *_) = _rows("nccl", "2025-11-24T03:20:21.001125857Z [2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer")
+    assert r["time"].isoformat().startswith("2025-11-24T03:20:21.001125")
+    assert r["time_quality"] == "exact"
+    # without the collector's stamp, NCCL's own is used (local, estimated)
+    (r2, *_) = _rows("nccl", "[2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer")
+    assert r2["time"].isoformat().startswith("2025-11-24T03:20:21") and r2["time_quality"] == "estimated"
+
+
+def test_the_proxy_service_warn_names_its_own_rank() -> None:
+    # proxy.cc: WARN("[Proxy Service %d] Failed to execute operation %s from rank %d, retcode %d", proxyState->tpRank, ..., peer->tpRank, res)
+    (r, *_) = _rows("nccl", "node2:24881:25568 [2] proxy.cc:1519 NCCL WARN [Proxy Service 6] Failed to execute operation Setup from rank 2, retcode 1")
+    assert r["rank"] == 6 and r["attrs"]["peer_rank"] == 2
+
+
+# -- PyTorch lines that name the raising rank ----------------------------------------------------
+
+def test_ddp_unused_parameter_error_gets_the_rank_it_names() -> None:
+    text = "\n".join([
+        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error indicates that your module has parameters that were not used in producing loss.",
+        "making sure all forward function outputs participate in calculating loss.",
+        "Parameter indices which did not receive grad for rank 3: 282 283",
+    ])
+    (r,) = [r for r in _rows("pytorch", text) if r["kind"] == "exception"]
+    assert r["rank"] == 3
+
+
+def test_mp_spawn_banner_gives_the_traceback_its_process_index() -> None:
+    text = "\n".join([
+        "-- Process 7 terminated with the following error:",
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap',
+        "    fn(i, *args)",
+        "RuntimeError: CUDA error: device-side assert triggered",
+    ])
+    exc = [r for r in _rows("pytorch", text) if r["kind"] == "exception"]
+    assert len(exc) == 1 and exc[0]["local_rank"] == 7 and exc[0]["attrs"]["spawn_process"] == 7
+    assert exc[0]["rank"] is None  # the index is a local rank; the verdict makes it a rank on one node only
+
+
+def test_a_collective_mismatch_without_a_prefix_is_the_reporting_ranks() -> None:
+    # ProcessGroupWrapper: "Rank " << backend->getRank() << " is running collective: ..., but Rank " << rank << ...
+    line = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=21, "
+            "OpType=BROADCAST, TensorShape=[1]), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=21, OpType=ALLREDUCE, TensorShape=[1]).")
+    (r,) = [r for r in _rows("pytorch", line) if r["kind"] == "collective_mismatch"]
+    assert r["rank"] == 1 and r["attrs"]["ranks"] == [1, 0]
+
+
+# -- the verdict carries the identity into implicated -------------------------------------------
+
+def _analyze(tmp_path: Path, files: dict[str, str]) -> dict:
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    report, _, _ = analyze(tmp_path)
+    return report.to_dict()
+
+
+def test_srun_task_is_the_rank_without_torchrun(tmp_path: Path) -> None:
+    r = _analyze(tmp_path, {"slurm-9411285.out": "\n".join([
+        "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+        "srun: error: gpu20-15: task 2: Out Of Memory",
+    ]) + "\n"})
+    assert r["cause"] == "oom"
+    assert r["implicated"]["nodes"] == ["gpu20-15"] and r["implicated"]["ranks"] == [2]
+
+
+def test_srun_task_is_not_a_rank_under_torchrun(tmp_path: Path) -> None:
+    r = _analyze(tmp_path, {"slurm-9411285.out": "\n".join([
+        "[default0]:[W914 08:00:00.000000000 socket.cpp:1] torchrun worker started",
+        "W0914 08:00:01.000000 90211 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 90233 closing signal SIGTERM",
+        "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+        "srun: error: gpu20-15: task 1: Out Of Memory",
+    ]) + "\n"})
+    assert r["cause"] == "oom" and 1 not in r["implicated"]["ranks"]
+
+
+def test_spawn_index_is_the_rank_on_one_node_only(tmp_path: Path) -> None:
+    tb = "\n".join([
+        "-- Process 5 terminated with the following error:",
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap',
+        "    fn(i, *args)",
+        "RuntimeError: CUDA error: device-side assert triggered",
+    ]) + "\n"
+    one = _analyze(tmp_path / "a", {"log.txt": tb})
+    assert one["cause"] == "software_error" and one["implicated"]["ranks"] == [5]
+    two = _analyze(tmp_path / "b", {"log.txt": tb, "nccl.log": "node001:1:1 [0] NCCL INFO NCCL version 2.18.5+cuda12.2\nnode002:1:1 [0] NCCL INFO NCCL version 2.18.5+cuda12.2\n"})
+    assert two["cause"] == "software_error" and two["implicated"]["ranks"] == []
+
+
+def test_unknown_names_the_first_observed_failure(tmp_path: Path) -> None:
+    # torchelastic's summary with exit code 1 and no traceback: no cause, but a place to look
+    r = _analyze(tmp_path, {"log.txt": "\n".join([
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2023-06-03_22:45:01",
+        "  host      : gpu187.cluster.local",
+        "  rank      : 4 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 19401)",
+        "  error_file: <N/A>",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        "============================================================",
+    ]) + "\n"})
+    assert r["cause"] == "unknown"
+    assert r["implicated"]["nodes"] == ["gpu187"] and r["implicated"]["ranks"] == [4]
+
+
+def test_the_host_missing_the_net_plugin_is_the_odd_one(tmp_path: Path) -> None:
+    r = _analyze(tmp_path, {"nccl.log": "\n".join([
+        "HGX-H100-11:18226:18274 [5] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+        "HGX-H100-04:589474:589541 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+    ]) + "\n"})
+    assert r["cause"] == "driver_drift" and r["implicated"]["nodes"] == ["HGX-H100-11"]
+
+
+# -- a connection reset and nothing else -----------------------------------------------------------
+
+RESET = dict(source="nccl", kind="network_error", severity="error", host="gpu-server320", t=0,
+             message="socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer",
+             attrs={"error_type": "io", "op": "send", "peer": "10.44.137.149"})
+
+
+def test_a_lone_reset_is_a_weak_fabric_cause() -> None:
+    (f,) = lone_network_reset(make_events(RESET, dict(source="nccl", kind="nccl_error", severity="error", host="gpu-server320", t=0.01, message="misc/socket.cc:64 -> 6")), None)
+    assert f.rule_id == RULE_ID and f.cause == "fabric_timeout" and f.role == "cause" and f.hosts == ("gpu-server320",)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        # a peer that exited (FIN), or is alive but absent: a process story
+        dict(source="pytorch", kind="exception", severity="error", host="n2", t=-1, message="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:12345"),
+        dict(source="pytorch", kind="network_error", severity="error", host="n2", t=-1, message="[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete"),
+        # a process killed, a step cancelled, an OOM, another exception, a timeout
+        dict(source="slurm", kind="process_exit", severity="error", host="n2", t=1, message="srun: error: n2: task 1: Killed", attrs={"hosts": ["n2"], "tasks": [1], "signal": "SIGKILL"}),
+        dict(source="pytorch", kind="root_cause_report", severity="error", host="n2", t=1, message="ChildFailedError root", attrs={"root": True, "exitcode": -9}),
+        dict(source="slurm", kind="job_cancel", severity="error", host="n2", t=1, message="*** STEP 1.0 ON n2 CANCELLED AT 2026-09-14T08:00:01 ***"),
+        dict(source="kernel", kind="host_oom", severity="error", host="n2", t=-5, message="Out of memory: Killed process 4411 (python)"),
+        dict(source="pytorch", kind="exception", severity="error", host="n2", t=-2, message="RuntimeError: CUDA error: an illegal memory access was encountered"),
+        dict(source="pytorch", kind="collective_timeout", severity="error", host="n2", t=-3, message="Watchdog caught collective operation timeout"),
+        dict(source="sacct", kind="job_state", severity="error", host=None, t=5, message="State=NODE_FAIL", attrs={"state": "NODE_FAIL"}),
+    ],
+)
+def test_a_reset_beside_a_process_story_is_that_storys_symptom(other: dict) -> None:
+    assert lone_network_reset(make_events(RESET, other), None) == []
+
+
+def test_the_lone_reset_verdict_is_low_and_says_what_is_missing(tmp_path: Path) -> None:
+    r = _analyze(tmp_path, {"log.txt": "\n".join([
+        "2025-11-24T03:20:21.001125857Z [2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer",
+        "2025-11-24T03:20:21.001128133Z gpu-server320 [5] NCCL INFO misc/socket.cc:64 -> 6",
+        "2025-11-24T03:20:21.001135879Z gpu-server320 [5] NCCL INFO bootstrap.cc:868 -> 6 ncclSocketConnect()",
+    ]) + "\n"})
+    assert r["cause"] == "fabric_timeout" and r["confidence"] < CONFIDENT_LINE
+    assert r["implicated"]["nodes"] == ["gpu-server320"]
+    assert PEER_LOG_MISSING in r["missing"]
+    assert r["first_failure"]["line"] == 1 and r["first_failure"]["node"] == "gpu-server320"
+
+
+def test_survivors_resets_after_a_node_was_killed_stay_symptoms(tmp_path: Path) -> None:
+    # A recorded run (real Slurm, real gloo): node n1's processes were SIGKILLed and the
+    # survivors saw "Connection reset by peer"; srun's exit lines say who died.
+    import shutil
+
+    from crashscope.pipeline import load_timeline
+
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "nodekill_n1_srun"
+    shutil.copytree(src, tmp_path / "job", ignore=shutil.ignore_patterns("truth.json"))
+    ev = load_timeline(tmp_path / "job").timeline.events
+    assert ev.filter(ev["message"].str.contains("Connection reset by peer")).height > 0
+    assert lone_network_reset(ev, None) == []
+    report, _, _ = analyze(tmp_path / "job")
+    assert report.cause == "node_failure"
