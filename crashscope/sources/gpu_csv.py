@@ -205,11 +205,15 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
     df = df.select(cols)
     present = [c for c in df.columns if c != "n"]
 
-    # "[GPU requires reset]" in any field: report once per GPU before blanking sentinels
-    reset_rows = df.filter(pl.any_horizontal([pl.col(c) == "[GPU requires reset]" for c in present]))
+    # "[GPU requires reset]" in any field: report once per GPU before blanking sentinels.
+    # (Each test only where some line holds the text at all: a field equal to it is part
+    # of its line, and the filters over every column were a fifth of a file's time.)
+    reset_rows = (df.filter(pl.any_horizontal([pl.col(c) == "[GPU requires reset]" for c in present]))
+                  if any("[GPU requires reset]" in ln for ln in lines) else df.clear())
     # every measured field "[Unknown Error]": NVML lost the GPU (fallen off the bus, Xid 79 ...)
     measured = [c for c in present if c not in _IDENT]
-    lost_rows = df.filter(pl.all_horizontal([pl.col(c) == "[Unknown Error]" for c in measured])) if measured else df.clear()
+    lost_rows = (df.filter(pl.all_horizontal([pl.col(c) == "[Unknown Error]" for c in measured]))
+                 if measured and any("[Unknown Error]" in ln for ln in lines) else df.clear())
     df = df.with_columns([pl.when(pl.col(c).is_in(_SENTINELS)).then(None).otherwise(pl.col(c)).alias(c) for c in present])
 
     # -- vectorised typing -----------------------------------------------------------------
@@ -278,12 +282,14 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
             ctx.emit(Kind.GPU_INVENTORY, row["n"], f"GPU {row['_idx'] if row['_idx'] is not None else row['_uuid'] or '?'} {row['_pci'] or ''} {row['_name'] or ''}".strip(),
                      time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
 
-    for row in reset_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True).iter_rows(named=True):
+    for row in (reset_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True)
+                .iter_rows(named=True) if reset_rows.height else ()):
         ctx.emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: [GPU requires reset]", severity=Severity.CRITICAL,
                  time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
                  attrs={"error": "gpu_requires_reset"})
 
-    for row in lost_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True).iter_rows(named=True):
+    for row in (lost_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True)
+                .iter_rows(named=True) if lost_rows.height else ()):
         ctx.emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: nvidia-smi reads [Unknown Error] for every field",
                  severity=Severity.ERROR, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
                  attrs={"error": "gpu_unreadable", "fields": len(measured)})
@@ -316,8 +322,10 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
                  gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
 
     # -- throttle runs -----------------------------------------------------------------------------
-    if has_mask:
-        d = df.with_columns(((pl.col("reasons_mask").fill_null(0) & SERIOUS_MASK) != 0).alias("_ser"))
+    # (only where some sample is throttled: the window below was a seventh of a file's time,
+    # and most series never slow down)
+    d = df.with_columns(((pl.col("reasons_mask").fill_null(0) & SERIOUS_MASK) != 0).alias("_ser")) if has_mask else df
+    if has_mask and d["_ser"].any():
         d = d.with_columns((pl.col("_ser") != pl.col("_ser").shift(1)).fill_null(True).cum_sum().over("_gpu").alias("_run"))
         keep = [c for c in ("temperature", "sm_clock_mhz", "max_sm_clock_mhz", "power_w") if c in d.columns]
         runs = (d.filter(pl.col("_ser")).group_by("_gpu", "_run", maintain_order=True)
@@ -340,8 +348,8 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
 
     # -- ECC state changes -----------------------------------------------------------------------------
     ecc_cols = [k for k in _ECC_KEYS if k in df.columns]
-    if ecc_cols:
-        nonzero = pl.any_horizontal([pl.col(c).cast(pl.Int64, strict=False).fill_null(0) != 0 for c in ecc_cols])
+    nonzero = pl.any_horizontal([pl.col(c).cast(pl.Int64, strict=False).fill_null(0) != 0 for c in ecc_cols]) if ecc_cols else pl.lit(False)
+    if ecc_cols and df.select(nonzero.any()).item():  # (most series have none: the windowed change test only then)
         d = df.with_columns(pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in ecc_cols], separator="|").alias("_sig"))
         d = d.with_columns((pl.col("_sig") != pl.col("_sig").shift(1).over("_gpu")).fill_null(True).alias("_chg"))
         for row in d.filter(pl.col("_chg") & nonzero).select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *ecc_cols]).iter_rows(named=True):

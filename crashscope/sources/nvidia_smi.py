@@ -180,6 +180,10 @@ class _Gpu:
         self.pci = pci
         self.line = line
         self.values: dict[tuple[str, ...], tuple[str, int]] = {}
+        # values by their first label, for under(): it is asked ~15 times a GPU, and a scan
+        # of all ~300 values each time was most of a -q file's time (rebuilt when values grew)
+        self._by_first: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+        self._indexed = 0
 
     def get(self, *paths: tuple[str, ...]) -> str | None:
         for p in paths:
@@ -189,7 +193,14 @@ class _Gpu:
 
     def under(self, prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
         n = len(prefix)
-        return [(p, v) for p, (v, _) in self.values.items() if p[:n] == prefix]
+        if not n:
+            return [(p, v) for p, (v, _) in self.values.items()]
+        if self._indexed != len(self.values):  # values are only ever added
+            self._by_first = {}
+            for p, (v, _) in self.values.items():
+                self._by_first.setdefault(p[0], []).append((p, v))
+            self._indexed = len(self.values)
+        return [(p, v) for p, v in self._by_first.get(prefix[0], ()) if p[:n] == prefix]
 
 
 class NvidiaSmiSource(FileSource):
