@@ -13,8 +13,13 @@ Usage (jobs from benchmarks/ingest_bench.py, kept in its --out folder):
     python benchmarks/ingest_bench.py --sizes 8 --nodes 2048 --out /tmp/cs-bench16k
     python benchmarks/shard_bench.py /tmp/cs-bench16k/job_8GB_16384r /tmp/cs-shard16k --ranks 16384 --jobs 2
 
-Prints JSON: shard build seconds per node (p50, max, sum), spool bytes, merge seconds and
-stages, its peak RSS growth, direct seconds, and whether both name the same cause and nodes.
+Prints JSON: shard build seconds per node (p50, max, sum), spool bytes, merge seconds (wall
+and CPU) and stages, the CPU seconds of each step of the merge (reading the spool, the rest
+of the ingest, the timeline, the findings, the classifier, the report) and of what the
+epilog's merge does after ``analyze`` (the secret filter, the JSON/Markdown/HTML views), its
+peak RSS growth, whether the spool read in one pass equals its shards read one by one
+(``read_shard``; ``--no-check`` skips it), direct seconds, and whether both name the same
+cause and nodes. On a shared machine the CPU seconds are the comparable numbers.
 """
 
 from __future__ import annotations
@@ -50,6 +55,68 @@ def build_shard(args: tuple[str, str, str]) -> float:
     return time.perf_counter() - t0
 
 
+def _time_steps(steps: dict[str, list[float]]):  # type: ignore[no-untyped-def]
+    """Wrap the merge's steps to add their (wall, CPU) seconds to ``steps``; gives the undo.
+    Reading the spool is inside the ingest: "ingest" is the rest of it."""
+    import crashscope.ingest
+    import crashscope.pipeline
+    import crashscope.report.build
+    import crashscope.shards
+    import crashscope.verdict
+
+    where = [(crashscope.shards, "read_spool", "read_spool"), (crashscope.pipeline, "ingest", "ingest"),
+             (crashscope.pipeline, "build_timeline", "timeline"), (crashscope.pipeline, "find", "findings"),
+             (crashscope.verdict, "_classifier", "classifier"), (crashscope.report.build, "build_report", "report")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in where]
+
+    def timed(fn, label):  # type: ignore[no-untyped-def]
+        def run(*a, **kw):  # type: ignore[no-untyped-def]
+            w, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                acc = steps.setdefault(label, [0.0, 0.0])
+                acc[0] += time.perf_counter() - w
+                acc[1] += time.process_time() - c
+        return run
+
+    for (mod, name, label), (_, _, fn) in zip(where, saved):
+        setattr(mod, name, timed(fn, label))
+
+    def undo() -> None:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+        if "read_spool" in steps and "ingest" in steps:
+            steps["ingest"] = [a - b for a, b in zip(steps["ingest"], steps["read_spool"])]
+    return undo
+
+
+def _epilog_after(report) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """CPU seconds of what the epilog's merge does with the report after analyze."""
+    from crashscope.epilog.merge import render_all
+    from crashscope.epilog.secrets import scrub_report
+
+    c = time.process_time()
+    scrubbed = scrub_report(report)
+    c1 = time.process_time()
+    render_all(scrubbed)
+    return {"secret_filter": round(c1 - c, 2), "views": round(time.process_time() - c1, 2)}
+
+
+def _same_as_shards_alone(spool: Path) -> bool:
+    """The spool read in one pass gives what its shards read one by one give."""
+    from dataclasses import astuple
+
+    from crashscope.shards import read_shard, read_spool, shard_dirs
+
+    sp = read_spool(spool)
+    alone = [read_shard(d) for d in shard_dirs(spool)]
+    want = pl.concat([e for e, _, _ in alone if e.height]) if any(e.height for e, _, _ in alone) else None
+    files = [f["file"] for _, m, _ in alone for f in (m.get("coverage") or {}).get("files") or [] if isinstance(f, dict)]
+    return (sp is not None and want is not None and sp.events.equals(want) and sp.warnings == [w for _, _, ws in alone for w in ws]
+            and [astuple(f)[0] for f in sp.files] == files)
+
+
 def link_per_node(job: Path, per: Path, per_node: int) -> list[str]:
     nodes = sorted(os.listdir(job / "nodes"))
     launchers = [f for f in os.listdir(job / "logs") if not f.startswith("rank")]
@@ -83,6 +150,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="shards built at a time")
     ap.add_argument("--no-direct", action="store_true", help="skip analyze(<job dir>)")
     ap.add_argument("--resume", action="store_true", help="keep the shards already in <work> (an interrupted run)")
+    ap.add_argument("--no-check", action="store_true", help="skip comparing the spool read with its shards read one by one")
     args = ap.parse_args()
     from crashscope.pipeline import analyze
 
@@ -108,10 +176,16 @@ def main() -> None:
         times = [build_shard(t) for t in tasks]
     build_wall = time.perf_counter() - t0
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    steps: dict[str, list[float]] = {}
+    undo = _time_steps(steps)
     t0, c0 = time.perf_counter(), time.process_time()
-    merged, _, mres = analyze(spool)
+    try:
+        merged, _, mres = analyze(spool)
+    finally:
+        undo()
     t_merge, c_merge = time.perf_counter() - t0, time.process_time() - c0
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = _epilog_after(merged)
     out = {
         "ranks": ranks, "nodes": len(nodes), "load_avg_1m": os.getloadavg()[0],
         "shard_s": {"p50": round(statistics.median(times[:-1]), 3), "max": round(max(times[:-1]), 2), "sum": round(sum(times), 1),
@@ -120,8 +194,11 @@ def main() -> None:
         "spool_bytes": sum(f.stat().st_size for f in spool.rglob("*") if f.is_file()),
         "merge_s": round(t_merge, 2), "merge_cpu_s": round(c_merge, 2), "merge_peak_rss_mb": round(rss1 / 1024, 1),
         "merge_rss_growth_mb": round((rss1 - rss0) / 1024, 1), "merge_stages": merged.analysis["stage_seconds"],
+        "merge_steps_cpu_s": {k: round(v[1], 2) for k, v in steps.items()}, "epilog_after_analyze_cpu_s": after,
         "events": [mres.events.height],
     }
+    if not args.no_check:
+        out["spool_equals_shards_alone"] = _same_as_shards_alone(spool)
     if not args.no_direct:
         t0 = time.perf_counter()
         direct, _, dres = analyze(job)
