@@ -11,7 +11,7 @@ for t in sorted(root.glob("*/truth.json")):
     c = d["culprit"]
     rows.append(f"| {d['id']} | {d['scenario']} | {d['launcher']} | {d['cause']} | "
                 f"{','.join(c['nodes']) or '-'} | {','.join(map(str, c['ranks'])) or '-'} | "
-                f"{d['job_id']} | {d.get('job_state')} |")
+                f"{d['job_id']} | {d.get('job_state')} | {'held-out' if d.get('held_out') else ''} |")
 head = f"""# Recorded incidents
 
 Whole job directories written by real programs (Slurm 22.05 `sbatch`/`srun`, torch 2.13 `torch.distributed`
@@ -24,10 +24,11 @@ instead of NCCL on GPUs, loopback only): `docs/lab.md`. Each directory has `trut
 job's window, epilog `scontrol show job`), `ckpt_listing.txt` (no checkpoint blobs), `dmesg.txt` (when the
 kernel said something in the window).
 
-{len(rows)} incidents. Regenerate this table: `python benchmarks/lab/index.py`.
+{len(rows)} incidents. Regenerate this table: `python benchmarks/lab/index.py`. "held-out": recorded in the
+held-out round (`run.py --held-out`, `docs/lab.md`), scored before any analysis change for it.
 
-| id | scenario | launcher | cause | culprit nodes | culprit ranks | job | final JobState |
-|---|---|---|---|---|---|---|---|
+| id | scenario | launcher | cause | culprit nodes | culprit ranks | job | final JobState | round |
+|---|---|---|---|---|---|---|---|---|
 """
 (root / "README.md").write_text(head + "\n".join(rows) + "\n")
 print(f"{len(rows)} rows -> {root / 'README.md'}")
