@@ -592,7 +592,7 @@ def _one_node(ev: pl.DataFrame) -> bool:
 def _first_observed_failure(ev: pl.DataFrame) -> Implicated | None:
     """torchelastic's "Root Cause (first observed failure)": the earliest such entry's host
     and rank (several agents print one each; the earliest failed first)."""
-    rc = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("attrs").str.contains('"root":true', literal=True))
+    rc = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & (pl.col("attrs").str.json_path_match("$.root") == "true"))
     if rc.height == 0:
         return None
     first = rc.sort("time", "file", "line", nulls_last=True).row(0, named=True)
