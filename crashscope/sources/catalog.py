@@ -206,9 +206,14 @@ class CatalogSource(LineSource):
                     attrs.setdefault("task", env.task)
                 gpu = normalize_pci(str(h.attrs["pci"])) if h.attrs.get("pci") else None
                 msg = _segment(text, h.span, env.body).strip() or text.strip()
+                # A text that names where it happened (mpirun's "process rank 140 ... on node
+                # 10.87.102.19", a Slurm banner's "ON node023", a Kubernetes NodeLost) gives the
+                # event that identity when the envelope gave none.
+                host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None)
+                rank = env.rank if env.rank is not None else (h.attrs["rank"] if isinstance(h.attrs.get("rank"), int) else None)
                 ctx.emit(
                     h.kind, n, msg, severity=h.severity, time=env.time, time_quality=env.quality if env.time is not None else None,
-                    host=env.host, rank=env.rank, local_rank=env.local_rank, pid=env.pid, gpu=gpu, attrs=attrs,
+                    host=host, rank=rank, local_rank=env.local_rank, pid=env.pid, gpu=gpu, attrs=attrs,
                 )
 
         feed_guarded(ctx, lines, on_line)
