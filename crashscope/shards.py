@@ -279,6 +279,8 @@ def read_spool(root: Path | str) -> Spool | None:
             fast.append(i)
     many = _read_many([data[i] for i in fast], sum(metas[i][1]["events"] for i in fast))
     rows = {i: metas[i][1]["events"] for i in fast} if many is not None else {}
+    for i in rows:  # decoded: their bytes are not needed any more
+        del data[i]
     # runs of shards in order: (stored frame, [(shard, rows)]); a run of the multi-file read
     # is a slice of it, any other shard is a run of its own
     runs: list[tuple[pl.DataFrame, list[tuple[int, int]]]] = []

@@ -179,3 +179,25 @@ def test_the_merge_secret_filter_skips_only_strings_it_would_not_change():
         assert scrub(s) == (_scrub_all(s) if s else s), s
     assert [s for s in made if scrub(s) == s] == ["plain text", "node001 rank 3", ""]
     assert render_json(scrub_report(report)) == render_json(report.map_strings(_scrub_all))
+
+
+def test_the_controller_waits_for_shards_as_they_come(tmp_path):  # type: ignore[no-untyped-def]
+    """wait_for_shards: a shard written while it waits counts, a folder without shard.json
+    does not, and the nodes still missing at the deadline come back in node order."""
+    import threading
+    import time
+
+    from crashscope.epilog.merge import wait_for_shards
+
+    ev = _fixture_events().head(3)
+    job = tmp_path / "7"
+    write_shard(job, "n1", ev, node="n1", job_id="7", files=[], warnings=[], seconds=0.0)
+    (job / "n3.shard").mkdir()  # a shard still being made elsewhere, or a foreign folder
+    late = threading.Timer(0.3, lambda: write_shard(job, "n2", ev, node="n2", job_id="7", files=[], warnings=[], seconds=0.0))
+    late.start()
+    try:
+        assert wait_for_shards(job, ["n4", "n3", "n2", "n1"], time.monotonic() + 1.5) == ["n4", "n3"]
+    finally:
+        late.cancel()
+    assert wait_for_shards(job, ["n1", "n2"], time.monotonic() + 5) == []
+    assert wait_for_shards(tmp_path / "none", ["n1"], time.monotonic()) == ["n1"]

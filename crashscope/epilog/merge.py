@@ -90,9 +90,16 @@ def scheduler_record(job: JobInfo) -> dict[str, Any] | None:
 
 
 def wait_for_shards(job_dir: Path, nodes: list[str], deadline: float) -> list[str]:
-    """Wait (until ``deadline``, monotonic) for every node's shard; the nodes still missing."""
+    """Wait (until ``deadline``, monotonic) for every node's shard; the nodes still missing.
+    Each round lists the spool once and looks only at the shards not seen yet (a round over
+    2,048 nodes was 2,048 stat calls, five times a second)."""
+    missing = list(nodes)
     while True:
-        missing = [n for n in nodes if not (job_dir / f"{n}.shard" / "shard.json").is_file()]
+        try:
+            names = set(os.listdir(job_dir))
+        except OSError:
+            names = set()
+        missing = [n for n in missing if f"{n}.shard" not in names or not (job_dir / f"{n}.shard" / "shard.json").is_file()]
         if not missing or time.monotonic() >= deadline:
             return missing
         time.sleep(0.2)
