@@ -108,6 +108,8 @@ def _spool_with(tmp_path: Path, odd: str) -> Path:
         stored = stored.drop("gpu_index", "year_assumed")
     elif odd == "other_types":  # rank as Int64, time in microseconds: the multi-file read refuses, each shard alone
         stored = stored.with_columns(pl.col("rank").cast(pl.Int64), pl.col("time").dt.cast_time_unit("us"))
+    elif odd == "reordered":  # the columns in another order (another version's schema order): read by name
+        stored = stored.select(list(reversed(stored.columns)))
     elif odd == "no_count":
         del meta["events"]
     elif odd == "wrong_count":
@@ -119,7 +121,7 @@ def _spool_with(tmp_path: Path, odd: str) -> Path:
     return spool
 
 
-ODD = ["none", "newer_values", "newer_column", "older_columns", "other_types", "no_count", "wrong_count", "corrupt_inside"]
+ODD = ["none", "newer_values", "newer_column", "older_columns", "other_types", "reordered", "no_count", "wrong_count", "corrupt_inside"]
 
 
 @pytest.mark.parametrize("odd", ODD)
