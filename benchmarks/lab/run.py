@@ -124,6 +124,18 @@ HELD_OUT = {
                                          debug=None),
     "completed_nodebug_srun": S("completed", "srun", "none", fmt="plain", debug=None),
 }
+# Second held-out round: recorded after the first round's fixes (silent-ranks' cut-off rules), to see
+# whether they hold on cases they were not written from (the cut rank elsewhere in the ring, rank 0 --
+# under srun also the TCPStore's host -- without DETAIL, the coordinator under torchrun, a stopped rank
+# without DETAIL as the control that must stay node_failure).
+HELD_OUT_2 = {
+    "iptables_rank3_nodebug_srun": S("iptables", "srun", "fabric_timeout", [3], at=11, fmt="plain", debug=None),
+    "iptables_rank0_nodebug_srun": S("iptables", "srun", "fabric_timeout", [0], at=13, fmt="megatron", debug=None),
+    "iptables_rank0_torchrun": S("iptables", "torchrun", "fabric_timeout", [0], at=9, fmt="megatron"),
+    "iptables_rank3_ddp_torchrun": S("iptables", "torchrun", "fabric_timeout", [3], at=15, fmt="hf", ddp=True),
+    "sigstop_rank3_nodebug_srun": S("sigstop", "srun", "node_failure", [3], at=17, fmt="hf", debug=None),
+}
+HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 
 
@@ -697,6 +709,7 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "held_out": sid in HELD_OUT,
+        "held_out_round": 2 if sid in HELD_OUT_2 else 1 if sid in HELD_OUT else None,
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
@@ -719,7 +732,8 @@ def main():
     ap.add_argument("--only", help="comma-separated scenario ids (default: all)")
     ap.add_argument("--out", default=str(REPO / "fixtures" / "recorded"))
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--held-out", action="store_true", help="only the held-out round (HELD_OUT)")
+    ap.add_argument("--held-out", action="store_true", help="only the held-out rounds (HELD_OUT)")
+    ap.add_argument("--held-out-2", action="store_true", help="only the second held-out round (HELD_OUT_2)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -729,7 +743,8 @@ def main():
         sys.exit("the lab needs root (slurmd, cgroups, iptables)")
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
-    ids = args.only.split(",") if args.only else list(HELD_OUT if args.held_out else SCENARIOS)
+    ids = args.only.split(",") if args.only else list(
+        HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")

@@ -14,6 +14,7 @@ below the 0.8 line: silence tells where, not why (kernel log, GPU and I/O data t
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
@@ -64,9 +65,12 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return []
     seen = set(int(r) for r in own["rank"].unique().to_list()) | _exited_ranks(events)
     reporters = set(int(r) for r in bad["rank"].unique().to_list())
-    cut = _isolated_coordinator(loss, own, seen) or _ring_send_blocked(loss, seen, world)
+    cut = _isolated_coordinator(loss, own, seen)
     if cut is not None:
         return [_cut_off_finding(ev, own, loss, *cut)]
+    mutual = _mutual_timeout(loss, seen, events)
+    if mutual is not None:
+        return [mutual]
     named = _named_lagging(loss)
     # The barrier knows who did not arrive; without it, the ranks that said nothing.
     silent = sorted(named) if named else sorted(seen - reporters)
@@ -176,44 +180,66 @@ def _isolated_coordinator(loss: pl.DataFrame, own: pl.DataFrame, seen: set[int])
     return None
 
 
-def _ring_send_blocked(loss: pl.DataFrame, seen: set[int], world: int | None) -> tuple[int, str, list[dict[str, Any]]] | None:
-    """gloo's ring allreduce (third_party/gloo/gloo/allreduce.cc: ``recvRank = rank + 1``,
-    ``sendRank = rank - 1``, modulo the group size) waits on its right neighbour's data and on its
-    left neighbour taking its own. When every rank timed out at the same moment (no one silent:
-    all alive) and exactly one of them timed out on a *send*, the data stopped at the rank it was
-    sending to: that rank (or its link) was cut off. Needs the default group (global ranks) of
-    at least 3 ranks, all of them seen reporting."""
-    if loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
-        return None  # a barrier that names ranks says more than the ring does
-    n = world or (max(seen) + 1 if seen else 0)
-    if n < 3 or set(range(n)) != seen:
+MUTUAL_RULE_ID = "mutual-timeout"
+MUTUAL_WEIGHT = 0.4  # says what (the data stopped between live ranks), not where
+
+
+def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | None = None) -> Finding | None:
+    """Every rank of the job reported, at the same moment, that gloo gave up waiting
+    (``Timed out waiting Nms``), or that a peer closed the pair on its own timeout
+    (``Connection closed by peer`` right after: gloo's signalException closes every pair of a
+    process that timed out). A gloo timeout is raised by the waiting rank itself, so every rank
+    was alive and inside a collective: none died, none hung outside one. Data that stops
+    between live ranks is the network's (``fabric_timeout``) unless the ranks were in different
+    collectives (a desync; Flight Recorder dumps or DETAIL fingerprints show that, and outweigh
+    this). gloo's texts name no peer, and with every rank waiting on another the waits do not
+    say which link: no culprit is named."""
+    if len(seen) < 3 or loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
         return None
-    timed = loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"])
-    # A rank's first report: its own timeout, or "Connection closed by peer" when a peer that timed
-    # out first closed its pairs (gloo's signalException: "Application timeout caused pair closure").
+    if events is not None and events.filter(pl.col("kind") == Kind.COLLECTIVE.value).height:
+        from crashscope.analyses.collectives import _entries, _mismatch
+
+        if _mismatch(_entries(events)):
+            return None  # the dumps show the ranks in different collectives: a desync, not the network
     first: dict[int, dict[str, Any]] = {}
-    for row in timed.iter_rows(named=True):
-        if row["kind"] in (Kind.COLLECTIVE_TIMEOUT.value, Kind.NETWORK_ERROR.value):
-            first.setdefault(int(row["rank"]), row)
+    for row in loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"]).iter_rows(named=True):
+        first.setdefault(int(row["rank"]), row)
     if set(first) != seen:
         return None
-    t = [r["time"] for r in first.values()]
+    a = {r: attrs_of(row["attrs"]) for r, row in first.items()}
+    if any(x.get("transport") != "gloo" for x in a.values()):
+        return None
+    timed = [r for r, row in first.items() if row["kind"] == Kind.COLLECTIVE_TIMEOUT.value]
+    closed = [r for r, row in first.items() if row["kind"] == Kind.NETWORK_ERROR.value and a[r].get("status") == "closed"]
+    if len(timed) + len(closed) != len(first) or len(timed) * 2 < len(first):
+        return None
+    t = [row["time"] for row in first.values()]
     if (max(t) - min(t)).total_seconds() > PARTITION_SLACK_S:
         return None
-    waits = {r: attrs_of(row["attrs"]) for r, row in first.items() if row["kind"] == Kind.COLLECTIVE_TIMEOUT.value}
-    if any(attrs_of(row["attrs"]).get("transport") != "gloo" for row in first.values()):
-        return None
-    senders = [r for r, w in waits.items() if w.get("wait") == "send"]
-    if len(senders) != 1 or not any(w.get("wait") == "recv" for w in waits.values()):
-        return None
-    s = senders[0]
-    cut = (s - 1) % n
-    if waits.get(cut, {}).get("wait") not in ("recv", "pair closed on timeout"):
-        return None  # the cut-off rank was alive and waiting too: its own timeout, at the same moment
-    why = (f"all {n} ranks timed out together; rank {s} alone timed out sending, and in gloo's ring allreduce "
-           f"rank {s} sends to rank {cut}")
-    rows = [first[s]] + ([first[cut]] if cut in first else [])
-    return cut, why, rows
+    # The waits began one timeout before they ended: that is when the data stopped.
+    began = [first[r]["time"] - timedelta(milliseconds=float(a[r]["timeout_ms"])) for r in timed
+             if isinstance(a[r].get("timeout_ms"), (int, float))]
+    rows = [first[r] for r in sorted(first)]
+    evidence = tuple(_evidence(dict(r, _t=_ns(r["time"]))) for r in rows[:MAX_EVIDENCE])
+    ms = max((float(a[r]["timeout_ms"]) for r in timed if isinstance(a[r].get("timeout_ms"), (int, float))), default=None)
+    title = (f"All {len(first)} ranks timed out waiting for each other at the same moment"
+             + (f" (gloo, {ms / 1000:.0f} s)" if ms else "") + ": every rank was alive inside a collective and the data "
+             "between them stopped")
+    return Finding(
+        rule_id=MUTUAL_RULE_ID, title=title, cause="fabric_timeout", role="cause", status="stable", weight=MUTUAL_WEIGHT,
+        first_time=_ns(min(began)) if began else evidence[0].time, count=len(first), hosts=(), ranks=(), gpus=(),
+        evidence=evidence,
+        explanation=(
+            "A gloo timeout is raised by the rank that was waiting, so each of these ranks was alive and in a "
+            "collective; none died and none hung outside one (that rank would have said nothing). Data that stops "
+            "between live ranks points at the network; ranks in different collectives (a desync) would too, which "
+            "Flight Recorder dumps or TORCH_DISTRIBUTED_DEBUG=DETAIL show. gloo's texts name no peer, so which link "
+            "is not known."
+        ),
+        actions=(
+            "Check the nodes' network around the time the waits began (one timeout before the errors): interface errors and link state (ip -s link, ethtool -S), firewall rules, the switch; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (monitoredBarrier names the rank that did not arrive) and TORCH_FR_BUFFER_SIZE set.",
+        ),
+    )
 
 
 def _cut_off_finding(ev: pl.DataFrame, own: pl.DataFrame, loss: pl.DataFrame, rank: int, why: str,
@@ -231,8 +257,8 @@ def _cut_off_finding(ev: pl.DataFrame, own: pl.DataFrame, loss: pl.DataFrame, ra
         explanation=(
             "Every rank was alive and waiting (each reported its own timeout), so none had died or hung; what the "
             "waits say is where the data stopped: at this rank. Its network path (interface, link, firewall, "
-            "switch port) is the suspect. The gloo and barrier texts name no peer address, so this is read from "
-            "who waited on whom."
+            "switch port) is the suspect. The barrier texts name no peer address, so this is read from who "
+            "waited on whom."
         ),
         actions=(
             "Check the named rank's node network: interface errors and link state (ip -s link, ethtool), firewall rules, the switch port; run a point-to-point test between it and its ring neighbours.",
