@@ -12,6 +12,8 @@ Usage (jobs from benchmarks/ingest_bench.py, kept in its --out folder):
     python benchmarks/shard_bench.py /tmp/cs-bench/job_2GB /tmp/cs-shard-bench --ranks 1024
     python benchmarks/ingest_bench.py --sizes 8 --nodes 2048 --out /tmp/cs-bench16k
     python benchmarks/shard_bench.py /tmp/cs-bench16k/job_8GB_16384r /tmp/cs-shard16k --ranks 16384 --jobs 2
+    # the same 699,188 events without the NCCL INFO chatter (225 MB, made in a few minutes):
+    python benchmarks/shard_bench.py /tmp/cs-job16k /tmp/cs-shard16k --ranks 16384 --jobs 2 --no-direct --simulate
 
 Prints JSON: shard build seconds per node (p50, max, sum), spool bytes, merge seconds (wall
 and CPU) and stages, the CPU seconds of each step of the merge (reading the spool, the rest
@@ -151,10 +153,18 @@ def main() -> None:
     ap.add_argument("--no-direct", action="store_true", help="skip analyze(<job dir>)")
     ap.add_argument("--resume", action="store_true", help="keep the shards already in <work> (an interrupted run)")
     ap.add_argument("--no-check", action="store_true", help="skip comparing the spool read with its shards read one by one")
+    ap.add_argument("--simulate", action="store_true", help="make <job> first where it does not exist: the simulator's fabric_timeout job, "
+                    "--ranks / 8 nodes, no NCCL INFO chatter (the events of ingest_bench's job of that size)")
     args = ap.parse_args()
     from crashscope.pipeline import analyze
 
     job, work = args.job, args.work
+    if args.simulate and not job.exists():
+        from crashscope.simulate import simulate
+
+        if not args.ranks or args.ranks % 8:
+            raise SystemExit("--simulate needs --ranks, a multiple of 8")
+        simulate(job, cause="fabric_timeout", nodes=args.ranks // 8, gpus_per_node=8, seed=7, nccl_info_volume=0, layout="per_rank")
     per, spool = work / "pernode", work / "spool" / JOB_ID
     resume = args.resume and per.exists()
     if not resume:
