@@ -364,7 +364,7 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
                      severity=sev, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=a)
 
     if "timestamp" in present:
-        unparsed = df.filter(pl.col("_t").is_null()).height
+        unparsed = df["_t"].null_count()
         if unparsed:
             ctx.warn(f"{unparsed} CSV rows with an unparsed timestamp", None)
 
