@@ -694,19 +694,26 @@ def _same_line_times(ev: pl.DataFrame) -> pl.DataFrame:
     if ev.filter(pl.col("time").is_not_null() & pl.col("line").is_not_null()).height == 0:
         return ev
     # Per (file, line): the earliest stamp and the first stamped row's quality, as window
-    # expressions over the frame in place (a join of the whole frame, then putting it back
-    # in order, cost ~1.4 s at 16,384 ranks); rows without a file or line match nothing.
+    # expressions over the rows of files that have an unstamped line (a join of the whole
+    # frame, then putting it back in order, cost ~1.4 s at 16,384 ranks); what they give
+    # unstamped rows is put in place by row position. Rows without a file or line match nothing.
     stamped = pl.col("time").is_not_null()
-    keyed = pl.col("file").is_not_null() & pl.col("line").is_not_null()
-    ev = ev.with_columns(
-        pl.when(keyed).then(pl.col("time").min().over(["file", "line"])).alias("_lt"),
-        pl.when(keyed).then(pl.col("time_quality").filter(stamped).first().over(["file", "line"])).alias("_lq"),
+    unstamped_files = ev.filter(pl.col("time").is_null() & pl.col("line").is_not_null())["file"].drop_nulls().unique()
+    fill = (
+        ev.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), "file", "line", "time", "time_quality")
+        .filter(pl.col("file").is_in(unstamped_files.implode()) & pl.col("line").is_not_null())
+        .with_columns(
+            pl.col("time").min().over(["file", "line"]).alias("_lt"),
+            pl.col("time_quality").filter(stamped).first().over(["file", "line"]).alias("_lq"),
+        )
+        .filter(pl.col("time").is_null() & pl.col("_lt").is_not_null())
     )
-    use = pl.col("time").is_null() & pl.col("_lt").is_not_null()
+    if fill.height == 0:
+        return ev
     return ev.with_columns(
-        pl.when(use).then(pl.col("_lq").cast(pl.String)).otherwise(pl.col("time_quality").cast(pl.String)).cast(EVENT_SCHEMA["time_quality"]).alias("time_quality"),
-        pl.when(use).then(pl.col("_lt")).otherwise(pl.col("time")).alias("time"),
-    ).drop("_lt", "_lq")
+        ev["time_quality"].scatter(fill["_p"], fill["_lq"]),
+        ev["time"].scatter(fill["_p"], fill["_lt"]),
+    )
 
 
 ONE_SIDED_LINES = 20  # an unstamped line this close to a stamp on one side only takes its time
@@ -719,35 +726,32 @@ def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:
     if ev["time"].null_count() == 0:
         return ev
     # The neighbours are found on the columns they need alone, sorted as the whole frame
-    # would be, then put back in the frame's order (sorting the whole frame there and back
-    # cost ~0.9 s at 16,384 ranks).
+    # would be (all rows: the order a sort gives rows of one file and line depends on the
+    # rest, and a line may hold two stamps); the times they give are put in place by row
+    # position (sorting the whole frame there and back cost ~0.9 s at 16,384 ranks).
     ev = ev if ev["_id"].is_sorted() else ev.sort("_id")
     stamped_line = pl.when(pl.col("time").is_not_null()).then(pl.col("line"))
     prev_t = pl.col("time").forward_fill().over("file")
     next_t = pl.col("time").backward_fill().over("file")
     prev_l = stamped_line.forward_fill().over("file")
     next_l = stamped_line.backward_fill().over("file")
-    around = (
-        ev.select("_id", "file", "line", "time")
-        .sort(["file", "line"])
-        .select("_id", prev_t.alias("_pt"), next_t.alias("_nt"), prev_l.alias("_pl"), next_l.alias("_nl"))
-        .sort("_id")
-    )
-    ev = ev.hstack(around.drop("_id"))
     use_next = pl.col("_pt").is_null() | (pl.col("_nt").is_not_null() & ((pl.col("_nl") - pl.col("line")) < (pl.col("line") - pl.col("_pl"))))
     # Bracketed by stamps, the time lies between them; with a stamp on one side only (the
     # unstamped tail after a log's only banner line), just near that stamp.
     bracketed = pl.col("_pt").is_not_null() & pl.col("_nt").is_not_null()
     near = pl.when(use_next).then(pl.col("_nl") - pl.col("line")).otherwise(pl.col("line") - pl.col("_pl")) <= ONE_SIDED_LINES
     filled = pl.when(bracketed | near).then(pl.when(use_next).then(pl.col("_nt")).otherwise(pl.col("_pt")))
-    return ev.with_columns(
-        pl.when(pl.col("time").is_null() & filled.is_not_null())
-        .then(pl.lit(TimeQuality.ESTIMATED.value))
-        .otherwise(pl.col("time_quality").cast(pl.String))
-        .cast(EVENT_SCHEMA["time_quality"])
-        .alias("time_quality"),
-        pl.coalesce(pl.col("time"), filled).alias("time"),
-    ).drop("_pt", "_nt", "_pl", "_nl")
+    fill = (
+        ev.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), "file", "line", "time")
+        .sort(["file", "line"])
+        .with_columns(prev_t.alias("_pt"), next_t.alias("_nt"), prev_l.alias("_pl"), next_l.alias("_nl"))
+        .select("_p", "time", filled.alias("_f"))
+        .filter(pl.col("time").is_null() & pl.col("_f").is_not_null())
+    )
+    if fill.height == 0:
+        return ev
+    estimated = pl.Series([TimeQuality.ESTIMATED.value] * fill.height, dtype=EVENT_SCHEMA["time_quality"])
+    return ev.with_columns(ev["time_quality"].scatter(fill["_p"], estimated), ev["time"].scatter(fill["_p"], fill["_f"]))
 
 
 def _borrow_times(ev: pl.DataFrame) -> pl.DataFrame:

@@ -9,7 +9,7 @@ import logging
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import polars as pl
 
@@ -195,8 +195,12 @@ def activity(ev: pl.DataFrame) -> Activity:
     hosted = ev.filter(pl.col("host").is_not_null())
     versions: dict[str, dict[str, str]] = defaultdict(dict)
     vrows = hosted.filter(kind == Kind.VERSION.value).sort(["host", "time"], nulls_last=True, maintain_order=True)
+    decoded: dict[str | None, dict[str, Any]] = {}  # hosts repeat the same version attrs: each text decoded once
     for host, a in vrows.select("host", "attrs").iter_rows():
-        d, seen = attrs_of(a), versions[host]
+        d = decoded.get(a)
+        if d is None:
+            d = decoded[a] = attrs_of(a)
+        seen = versions[host]
         if isinstance(d.get("component"), str) and isinstance(d.get("version"), str) and (d["component"] in seen or len(seen) < MAX_COMPONENTS):
             seen[d["component"]] = d["version"]
     gpu_id = pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))
