@@ -79,6 +79,10 @@ class AptHistorySource(FileSource):
     filename_hints = ("history.log*", "dpkg.log*", "*apt-history*", "*apt_history*")
 
     def sniff(self, head: str, name: str) -> float:
+        # Every file's head is sniffed: a substring test and one anchored match reject the
+        # others before any per-line work.
+        if "Start-Date: " not in head and not _DPKG_ANY.match(head.lstrip()):
+            return 0.0
         lines = [ln for ln in head.splitlines()[:200] if ln.strip()]
         if not lines:
             return 0.0

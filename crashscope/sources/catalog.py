@@ -209,7 +209,7 @@ class CatalogSource(LineSource):
                 # A text that names where it happened (mpirun's "process rank 140 ... on node
                 # 10.87.102.19", a Slurm banner's "ON node023", a Kubernetes NodeLost) gives the
                 # event that identity when the envelope gave none.
-                host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None)
+                host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None) or _one_host(h.attrs.get("nodes"))
                 rank = env.rank if env.rank is not None else (h.attrs["rank"] if isinstance(h.attrs.get("rank"), int) else None)
                 ctx.emit(
                     h.kind, n, msg, severity=h.severity, time=env.time, time_quality=env.quality if env.time is not None else None,
@@ -217,6 +217,13 @@ class CatalogSource(LineSource):
                 )
 
         feed_guarded(ctx, lines, on_line)
+
+
+def _one_host(nodes: Any) -> str | None:
+    """A captured host list that names one host (``worker-1``, not ``node[01-04]`` or ``a,b``)."""
+    if isinstance(nodes, str) and nodes and not any(c in nodes for c in "[],"):
+        return nodes
+    return None
 
 
 SOURCE = CatalogSource()
