@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,13 @@ LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where 
 WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed")
 LOCATE_WITHIN_S = 120.0
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
+# The rank the others waited for (analyses/stragglers.py) makes a completed run an incident
+# only when the run slowed from where that rank started to be last: in healthy jobs rank 0
+# (logging, checkpoints, evaluation) is often last at every collective, and a rank that was
+# last from the start with the pace unchanged is the job's shape, not a fault.
+ARRIVAL_ORDER = "straggler-arrival-order"
+ARRIVAL_SLOWDOWN = 1.5  # the run's median step (else collective) interval after a split over before it
+ARRIVAL_MIN_INTERVALS = 4  # on each side of the split (and a fifth of the series)
 LONE_NETWORK = "lone-network-reset"  # analyses/lone_network.py: a reset and nothing else wrong
 PEER_LOG_MISSING = "the peer's own log (the other end of the reset connection): did that process die?"
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
@@ -112,7 +120,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         # Slurm says it completed: only hard failure signals overrule it (stray Xids,
         # recovered NFS hiccups and old warnings do not). A run that crawled to the end
         # is an incident too.
-        failed = _has_failure_events(ev, completed=True) or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
+        failed = (
+            _has_failure_events(ev, completed=True)
+            or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
+            or (any(f.rule_id == ARRIVAL_ORDER for f in causes) and (_slowdown(ev) or 0.0) >= ARRIVAL_SLOWDOWN)
+        )
     else:
         failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
     clf = classifier
@@ -271,6 +283,8 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
     v.summary = _summary(top, primary, symptoms, tl)
+    if outcome == "COMPLETED" and (slow := _slowdown(ev)) is not None and slow >= ARRIVAL_SLOWDOWN:
+        v.summary += f" The job completed, but its steps slowed {slow:.1f}x: an incident without an error."
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
     return v
 
@@ -391,6 +405,49 @@ def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
         if (code not in (None, 0, "0")) or d.get("signal"):
             return True
     return False
+
+
+def _slowdown(ev: pl.DataFrame) -> float | None:
+    """How much the run slowed: the largest ratio of the median interval after a split over
+    the median before it (each side at least ``ARRIVAL_MIN_INTERVALS`` intervals and a fifth
+    of the series, the first two intervals skipped as warm-up), per progress series (a
+    file's ``train_step`` lines of one rank: their stamps, per step when the line numbers
+    its step), the median over the series. None when no series is long enough: then no
+    slowdown is shown (the collectives' own stamps are often whole seconds, and their
+    intervals hold the start-up and every checkpoint, so they are not used)."""
+    series: list[list[float]] = []
+    steps = ev.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("time").is_not_null() & pl.col("rank").is_not_null())
+    if steps.height:
+        by = ["file", "rank"]
+        s = steps.select(
+            "file", "rank", pl.col("time").dt.epoch("ns").alias("t"),
+            pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False).alias("step"),
+        ).sort([*by, "t"]).with_columns((pl.col("t").diff().over(by) / 1e9).alias("dt"), pl.col("step").diff().over(by).alias("ds"))
+        s = s.with_columns(pl.when(pl.col("ds") > 0).then(pl.col("dt") / pl.col("ds")).when(pl.col("ds").is_null()).then(pl.col("dt")).alias("dt"))
+        series = [x for x in s.filter(pl.col("dt").is_not_null()).group_by(by, maintain_order=True).agg("dt")["dt"].to_list()]
+    ratios = [r for x in series if (r := _largest_jump(x)) is not None]
+    return sorted(ratios)[len(ratios) // 2] if ratios else None
+
+
+def _largest_jump(dts: list[float]) -> float | None:
+    """The largest median(after) / median(before) over the splits of one interval series
+    (warm-up skipped, each side long enough); with coarse stamps (whole seconds) many
+    intervals are 0, so a side whose median is 0 counts by its mean."""
+    x = [d for d in dts[2:] if d >= 0]
+    m = max(ARRIVAL_MIN_INTERVALS, len(x) // 5)
+    if len(x) < 2 * m:
+        return None
+    best = None
+    for i in range(m, len(x) - m + 1):
+        b, a = _typical(x[:i]), _typical(x[i:])
+        if b > 0 and (best is None or a / b > best):
+            best = a / b
+    return best
+
+
+def _typical(x: list[float]) -> float:
+    med = statistics.median(x)
+    return med if med > 0 else sum(x) / len(x)
 
 
 def evidence_cap(weight: float) -> float:

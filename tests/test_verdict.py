@@ -95,3 +95,39 @@ def test_every_cause_label_has_a_title():
     from crashscope.schema import CAUSE_TITLES, CAUSES
 
     assert set(CAUSE_TITLES) == set(CAUSES)
+
+
+def _arrival_run(*, slow_from: int | None, steps: int = 40, rank: int = 0) -> tuple[list[Finding], Timeline]:
+    """A completed job whose four ranks log one progress line a step (0.5 s a step, 0.8 s
+    from ``slow_from`` on), and the arrival-order finding naming ``rank``."""
+    rows: list[dict] = [dict(source="sacct", kind="job_state", severity="info", message="State=COMPLETED", attrs={"state": "COMPLETED"})]
+    for r in range(4):
+        t = 0.0
+        for step in range(1, steps + 1):
+            t += 0.8 if slow_from is not None and step >= slow_from else 0.5 + 0.01 * (step % 3)
+            rows.append(dict(source="applog", kind="train_step", severity="info", rank=r, host="node001" if r < 2 else "node002",
+                             file=f"logs/rank{r}.log", line=step, t=t, message=f"step {step}", attrs={"step": step}))
+    f = _finding("gpu_throttle", 0.5, t=10, host="node001", rank=rank, rule="straggler-arrival-order")
+    return [f], _timeline(*rows)
+
+
+def test_a_completed_run_that_slowed_is_an_incident_named_by_arrival_order():
+    fs, tl = _arrival_run(slow_from=12)
+    v = decide(fs, tl)
+    assert v.cause == "gpu_throttle" and v.implicated.ranks == [0] and v.implicated.nodes == ["node001"]
+    assert "slowed 1.6x" in v.summary
+    # Only arrival-order evidence: never the confidence that promises the cause is right.
+    assert 0.3 < v.confidence < CONFIDENT_LINE
+
+
+def test_a_rank_last_at_every_collective_of_a_steady_completed_run_is_not_an_incident():
+    # Rank 0 (logging, checkpoints, evaluation) is routinely the last to arrive in healthy jobs:
+    # with the pace unchanged the completed job stays "none".
+    fs, tl = _arrival_run(slow_from=None)
+    assert decide(fs, tl).cause == "none"
+    # Without progress lines no slowdown can be shown either.
+    bare = _timeline(dict(source="sacct", kind="job_state", severity="info", message="State=COMPLETED", attrs={"state": "COMPLETED"}))
+    assert decide(fs, bare).cause == "none"
+    # A slowdown alone (no straggler named, under throughput-collapse's factor) changes nothing.
+    _, slowed = _arrival_run(slow_from=12)
+    assert decide([], slowed).cause == "none"
