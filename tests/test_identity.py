@@ -55,6 +55,19 @@ def test_the_mpirun_stamp_before_the_tag_is_the_line_time() -> None:
     assert r["time_quality"] == "exact"
 
 
+@pytest.mark.parametrize("day", ["27", " 7"])
+def test_the_catalog_reads_mpiruns_ctime_stamp_glued_to_the_tag(day: str) -> None:
+    # mpirun --timestamp-output --tag-output: ctime() ("%.3s %.3s%3d ...", day padded) then [jobid,rank]<stream>:
+    line = f"Tue Nov {day} 13:49:06 2018[1,10]<stdout>:F1127 13:49:06.743296 17418 hl_cuda_device.cc:565] Check failed: cudaSuccess == cudaStat (0 vs. 35) Cuda Error: CUDA driver version is insufficient for CUDA runtime version"
+    rows = [r for r in _rows("catalog", line) if r["kind"] == "cuda_error"]
+    assert rows and all(r["rank"] == 10 for r in rows)
+    # local wall time in the run's zone (UTC+8 here), not known for sure
+    assert rows[0]["time"].isoformat().startswith(f"2018-11-{day.strip().zfill(2)}T05:49:06") and rows[0]["time_quality"] == "estimated"
+    # a weekday and month in prose are not a stamp
+    (r, *_) = [r for r in _rows("catalog", "Tue Nov sessions: CUDA error: uncorrectable ECC error encountered") if r["kind"] == "cuda_error"]
+    assert r["time"] is None
+
+
 def test_a_collector_zoned_stamp_beats_nccls_own_local_stamp() -> None:
     # kubectl logs --timestamps (RFC 3339, UTC) around NCCL >= 2.26's zone-less [%F %T] (UTC+8 here)
     (r, *_) = _rows("nccl", "2025-11-24T03:20:21.001125857Z [2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer")

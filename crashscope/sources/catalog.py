@@ -23,7 +23,8 @@ Envelopes parsed at the start of a line, in any nesting: ``grep -r`` ``path:`` /
 ``path:N:``, Kubernetes CRI ``<RFC3339> stdout|stderr F|P ``, ISO-8601 stamps (bare, in
 brackets, Python logging ``YYYY-MM-DD HH:MM:SS,mmm``), journald/syslog
 ``Mon DD HH:MM:SS[.us] host ident[pid]: `` and ``<ISO> host ident[pid]: ``, dmesg
-``[ sec.usec]``, mpirun ``[jobid,rank]<stdout|stderr>:``, srun ``N: ``, torchrun
+``[ sec.usec]``, mpirun ``[jobid,rank]<stdout|stderr>:`` (with ``--timestamp-output`` the
+ctime() stamp ``Tue Nov 27 13:49:06 2018`` glued in front: ORTE's iof_base_output.c), srun ``N: ``, torchrun
 ``[default3]:``, ``[rankN]:``, NCCL ``host:pid:tid [dev] ``.
 
 Kinds: each hit's catalog ``kind`` (cuda_error, cuda_oom, nccl_error, network_error, xid,
@@ -57,6 +58,11 @@ _ISO = lazy_compile(
 )
 _BSD = lazy_compile(
     rf"^(?P<mon>{_MON}) {{1,2}}(?P<d>\d{{1,2}}) (?P<hh>\d\d):(?P<mm>\d\d):(?P<ss>\d\d)(?:\.(?P<frac>\d{{1,9}}))? "
+)
+# C ctime(): "%.3s %.3s%3d %.2d:%.2d:%.2d %d" (day of week, month, day padded to 3, year):
+# mpirun --timestamp-output writes it right before the --tag-output tag, with no space.
+_CTIME = lazy_compile(
+    rf"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>{_MON}) {{1,2}}(?P<d>\d{{1,2}}) (?P<hh>\d\d):(?P<mm>\d\d):(?P<ss>\d\d) (?P<y>\d{{4}})(?=\[|\s)\s?"
 )
 _HOST_IDENT = lazy_compile(r"^(?P<host>[\w.:-]+) (?P<ident>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
 _MONO = lazy_compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
@@ -112,6 +118,13 @@ def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
                 if hm.group("pid") and env.pid is None:
                     env.pid = int(hm.group("pid"))
                 rest = rest[hm.end():]
+            continue
+        if m := _CTIME.match(rest):
+            if env.time is None:
+                t = ctx.local_ns(int(m.group("y")), MONTHS[m.group("mon")], int(m.group("d")), int(m.group("hh")), int(m.group("mm")), int(m.group("ss")))
+                if t is not None:
+                    env.time, env.quality = t, ctx.local_quality()
+            rest = rest[m.end():]
             continue
         if m := _BSD.match(rest):
             if env.time is None:
