@@ -239,6 +239,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             older = _older_host(ev, v.implicated.nodes) or _plugin_missing_host(ev, v.implicated.nodes)
             if older:
                 v.implicated = _restrict(v.implicated, older, ev)
+        if not v.implicated.nodes and (only := _single_job_node(ev)):
+            # No line of the cause names a host, but the job ran on one (its NodeList, a
+            # Torque mail's exec_host): that is where it happened.
+            v.implicated = Implicated(nodes=[only], ranks=v.implicated.ranks, gpus=v.implicated.gpus)
+            borrowed = borrowed or primary  # the first failure below gets the node too
         if not v.implicated.ranks:
             v.implicated = _ranks_from_launcher(v.implicated, primary, ev)
         # The first failure is the earliest in-window evidence of the verdict's cause (an
@@ -634,6 +639,14 @@ def _ranks_from_launcher(imp: Implicated, f: Any, ev: pl.DataFrame) -> Implicate
     if not ranks or len(ranks) > MAX_NAMED_RANKS:
         return imp
     return Implicated(nodes=imp.nodes, ranks=sorted(ranks), gpus=imp.gpus)
+
+
+def _single_job_node(ev: pl.DataFrame) -> str | None:
+    """The job's one node, when the scheduler's node list names exactly one (a real name)."""
+    from crashscope.timeline import NAMELESS_HOSTS, _job_nodes
+
+    nodes = _job_nodes(ev)
+    return nodes[0] if len(nodes) == 1 and nodes[0] and nodes[0] not in NAMELESS_HOSTS else None
 
 
 def _one_node(ev: pl.DataFrame) -> bool:

@@ -251,3 +251,34 @@ def test_survivors_resets_after_a_node_was_killed_stay_symptoms(tmp_path: Path) 
     assert lone_network_reset(ev, None) == []
     report, _, _ = analyze(tmp_path / "job")
     assert report.cause == "node_failure"
+
+
+# -- where a job ran, from the scheduler's and the framework's own fields --------------------------
+
+TORQUE_MAIL = "PBS Job Id: 2600365.mskcc-fe1.local\nJob Name:   STDIN\nExec host:  {exec_host}\njob deleted\nJob deleted at request of root@mskcc-fe1.local\njob preempted (node failure)\n"
+
+
+def test_a_torque_mails_exec_host_is_where_the_job_failed(tmp_path: Path) -> None:
+    # Torque svr_mail.c: "PBS Job Id: %i", "Job Name:   %j", "Exec host:  %h" (exec_host host/cpu[+host/cpu])
+    r = _analyze(tmp_path / "a", {"mail.txt": TORQUE_MAIL.format(exec_host="gpu-2-17/5")})
+    assert r["cause"] == "node_failure" and r["implicated"]["nodes"] == ["gpu-2-17"]
+    assert r["first_failure"]["node"] == "gpu-2-17"
+    r = _analyze(tmp_path / "b", {"mail.txt": TORQUE_MAIL.format(exec_host="n001/0-3+n001/4-7")})
+    assert r["implicated"]["nodes"] == ["n001"]
+    # two hosts: the mail does not say which one failed
+    r = _analyze(tmp_path / "c", {"mail.txt": TORQUE_MAIL.format(exec_host="n001/0+n002/0")})
+    assert r["cause"] == "node_failure" and r["implicated"]["nodes"] == []
+
+
+RAY_DIED = (Path(__file__).parent / "data" / "real" / "ray-43751" / "log.txt").read_text()
+
+
+def test_ray_actor_died_errors_ip_field_is_the_dead_node(tmp_path: Path) -> None:
+    # ray/exceptions.py ActorDiedError: the "\tip: " field comes right before the death cause (a real paste)
+    r = _analyze(tmp_path / "a", {"log.txt": RAY_DIED})
+    assert r["cause"] == "node_failure" and r["implicated"]["nodes"] == ["10.72.56.3"]
+    # an ip: field of another, earlier error does not place this one
+    assert "\tip: 10.72.56.3\nThe actor is dead because its node has died" in RAY_DIED
+    far = RAY_DIED.replace("\nThe actor is dead", "\n" + "some other line\n" * 3 + "The actor is dead")
+    r = _analyze(tmp_path / "b", {"log.txt": far})
+    assert r["implicated"]["nodes"] == []

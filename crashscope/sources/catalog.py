@@ -75,6 +75,7 @@ _PYLOG = lazy_compile(
 
 
 MATCH_CHARS = 8192  # of each line, where the catalog texts are looked for
+RAY_FIELDS_BEFORE = 2  # ActorDiedError: "\tip: " is the last field, the cause right after it
 
 
 @dataclass(slots=True)
@@ -195,6 +196,7 @@ class CatalogSource(LineSource):
     def parse_lines(self, lines: Sequence[tuple[int, str]], ctx: ParseContext) -> None:
         cats = catalogs.load()
         clock = {"boot": 0, "last": -1}
+        ray_ip: dict[str, Any] = {}  # the last ActorDiedError "\tip: " field: line and address
 
         def on_line(n: int, text: str) -> None:
             # The known texts sit near the start of a line; matching a 1 MiB line whole costs
@@ -222,7 +224,16 @@ class CatalogSource(LineSource):
                 # A text that names where it happened (mpirun's "process rank 140 ... on node
                 # 10.87.102.19", a Slurm banner's "ON node023", a Kubernetes NodeLost) gives the
                 # event that identity when the envelope gave none.
+                if isinstance(h.attrs.get("exec_host"), str):
+                    # Torque/PBS exec_host "host/cpu+host/cpu": the job's nodes, as a NodeList would be
+                    attrs["nodes"] = list(dict.fromkeys(part.split("/", 1)[0] for part in h.attrs["exec_host"].split("+")))
                 host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None) or _one_host(h.attrs.get("nodes"))
+                if host is None and isinstance(attrs.get("nodes"), list) and len(attrs["nodes"]) == 1:
+                    host = attrs["nodes"][0]
+                if h.name == "ray_actor_died_ip":
+                    ray_ip.update(line=n, ip=host)
+                elif host is None and h.name == "ray_node_died" and ray_ip and 0 < n - ray_ip["line"] <= RAY_FIELDS_BEFORE:
+                    host = ray_ip["ip"]  # the error's own ip: field, a line or two above its cause
                 rank = env.rank if env.rank is not None else (h.attrs["rank"] if isinstance(h.attrs.get("rank"), int) else None)
                 ctx.emit(
                     h.kind, n, msg, severity=h.severity, time=env.time, time_quality=env.quality if env.time is not None else None,
