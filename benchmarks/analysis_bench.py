@@ -132,7 +132,11 @@ def bench(name: str, job: Path, result: Any, repeat: int) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {k: [] for k in steps}
     wall: dict[str, list[float]] = {k: [] for k in steps}
     verdicts = set()
+    import crashscope.timeline as timeline_module
+
     for _ in range(repeat):
+        # decoded attrs are reused within one analysis, not across runs of the benchmark
+        getattr(timeline_module, "_DECODED", []).clear()
         state: dict[str, Any] = {}
         for k, fn in steps.items():
             c, w = time.process_time(), time.perf_counter()

@@ -312,13 +312,13 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         )
     ev = _exception_twins(ev)
     # (host, local_rank) -> rank from any event that states both (torchrun summaries).
-    both = ev.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
+    both = ev.select("host", "local_rank", "rank").filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
     if both.height:
         lr = both.group_by(["host", "local_rank"]).agg(pl.col("rank").mode().first().alias("_lr_rank"))
         ev = ev.join(lr, on=["host", "local_rank"], how="left")
         ev = ev.with_columns(pl.coalesce("rank", "_lr_rank").alias("rank")).drop("_lr_rank")
     # (host, pid) -> rank from any event stating both (c10 lines behind an NCCL pid).
-    pr = ev.filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null() & pl.col("host").is_not_null())
+    pr = ev.select("host", "pid", "rank").filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null() & pl.col("host").is_not_null())
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = ev.join(m, on=["host", "pid"], how="left").with_columns(pl.coalesce("rank", "_pr").alias("rank")).drop("_pr")
@@ -328,7 +328,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     ev = _own_line_pids(ev)
     ev = _pid_only_ranks(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
-    rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
+    rh = ev.select("rank", "host", "source").filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
     if rh.height and ev["host"].null_count():
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = ev.join(m, on="rank", how="left").with_columns(pl.coalesce("host", "_rh").alias("host")).drop("_rh")
@@ -411,7 +411,7 @@ def _hosts_by_elimination(ev: pl.DataFrame) -> pl.DataFrame:
     world = world_size(ev)
     if not world or ev["host"].null_count() == 0:
         return ev
-    rh = ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
+    rh = ev.select("rank", "host", "source").filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null() & (pl.col("source") != "sacct"))
     host_of = dict(rh.group_by("rank").agg(pl.col("host").mode().sort().first()).iter_rows())
     nodes: list[str] = []
     for a in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["attrs"].drop_nulls().to_list():
@@ -555,7 +555,7 @@ def _launcher_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
     """(host, rank) -> GPU PCI, and back: kernel/telemetry events on a GPU get its rank."""
-    known = ev.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null() & pl.col("gpu").is_not_null())
+    known = ev.select("host", "rank", "gpu").filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null() & pl.col("gpu").is_not_null())
     if known.height == 0:
         return ev
     rank_gpu = known.group_by(["host", "rank"]).agg(pl.col("gpu").mode().first().alias("_g"))
@@ -563,7 +563,8 @@ def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
     ev = ev.join(rank_gpu, on=["host", "rank"], how="left").with_columns(pl.coalesce("gpu", "_g").alias("gpu")).drop("_g")
     ev = ev.join(gpu_rank, on=["host", "gpu"], how="left").with_columns(pl.coalesce("rank", "_r").alias("rank")).drop("_r")
     # nvidia-smi index for a PCI id, when an inventory names both.
-    inv = ev.filter(pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("host").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv", "kernel"]))
+    inv = ev.select("host", "gpu", "gpu_index", "source").filter(
+        pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("host").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv", "kernel"]))
     if inv.height:
         gi = inv.group_by(["host", "gpu"]).agg(pl.col("gpu_index").mode().first().alias("_gi"))
         ev = ev.join(gi, on=["host", "gpu"], how="left").with_columns(pl.coalesce("_gi", "gpu_index").alias("gpu_index")).drop("_gi")

@@ -92,7 +92,8 @@ def stragglers(events: pl.DataFrame, world: int | None) -> list[Finding]:
 
 def _identity(ev: pl.DataFrame) -> dict[str, Any]:
     """(host, gpu pci) <-> rank, from every event that names all three (traces, NCCL init)."""
-    d = ev.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("rank").is_not_null())
+    # the three columns first: filtering whole rows copied every message and attrs text
+    d = ev.select("host", "gpu", "rank").filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("rank").is_not_null())
     gpu_rank: dict[tuple[str, str], int] = {}
     rank_gpu: dict[int, tuple[str, str]] = {}
     if d.height:
@@ -122,8 +123,9 @@ def _throttle_events(ev: pl.DataFrame) -> dict[tuple[str, str], list[dict[str, A
     GPU by its index only (``dcgmi dmon``, ``dcgmi health``) gets the PCI id the node's
     nvidia-smi / DCGM inventory gives that index (NVML indices, not CUDA ordinals)."""
     d = ev.filter((pl.col("kind") == Kind.GPU_THROTTLE.value) & pl.col("host").is_not_null())
-    inv = ev.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null()
-                    & pl.col("source").cast(pl.String).is_in(["nvidia_smi", "gpu_csv", "dcgm"]))
+    inv = ev.select("host", "gpu", "gpu_index", "source").filter(
+        pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null()
+        & pl.col("source").cast(pl.String).is_in(["nvidia_smi", "gpu_csv", "dcgm"]))
     pci_of = {(h, int(i)): g for h, i, g in inv.group_by(["host", "gpu_index"]).agg(pl.col("gpu").mode().first()).iter_rows()}
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in d.sort("time", nulls_last=True).iter_rows(named=True):
