@@ -64,6 +64,7 @@ SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # inci
 ARRIVAL_ORDER = "straggler-arrival-order"
 ARRIVAL_SLOWDOWN = 1.5  # the run's median step (else collective) interval after a split over before it
 ARRIVAL_MIN_INTERVALS = 4  # on each side of the split (and a fifth of the series)
+ARRIVAL_MAX_SERIES, ARRIVAL_MAX_SPLITS = 16, 64  # the slowdown's cost stays flat at thousands of ranks and steps
 LONE_NETWORK = "lone-network-reset"  # analyses/lone_network.py: a reset and nothing else wrong
 PEER_LOG_MISSING = "the peer's own log (the other end of the reset connection): did that process die?"
 FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REQUEUED"}
@@ -101,6 +102,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.missing.append(dumps_missing)
     deciding = [f for f in findings if f.status == "stable"]
     outcome = job_outcome(ev)
+    slowed = 0.0  # a completed run's slowdown, when the arrival order names who the others waited for
     symptoms = [f for f in deciding if f.role == "symptom"]
     causes = [f for f in deciding if f.role == "cause"]
     t_fail = _failure_time(symptoms, causes, ev)
@@ -120,10 +122,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         # Slurm says it completed: only hard failure signals overrule it (stray Xids,
         # recovered NFS hiccups and old warnings do not). A run that crawled to the end
         # is an incident too.
+        slowed = (_slowdown(ev) or 0.0) if any(f.rule_id == ARRIVAL_ORDER for f in causes) else 0.0
         failed = (
             _has_failure_events(ev, completed=True)
             or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
-            or (any(f.rule_id == ARRIVAL_ORDER for f in causes) and (_slowdown(ev) or 0.0) >= ARRIVAL_SLOWDOWN)
+            or slowed >= ARRIVAL_SLOWDOWN
         )
     else:
         failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
@@ -288,8 +291,8 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
     v.summary = _summary(top, primary, symptoms, tl)
-    if outcome == "COMPLETED" and (slow := _slowdown(ev)) is not None and slow >= ARRIVAL_SLOWDOWN:
-        v.summary += f" The job completed, but its steps slowed {slow:.1f}x: an incident without an error."
+    if outcome == "COMPLETED" and slowed >= ARRIVAL_SLOWDOWN:
+        v.summary += f" The job completed, but its steps slowed {slowed:.1f}x: an incident without an error."
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
     return v
 
@@ -424,7 +427,9 @@ def _slowdown(ev: pl.DataFrame) -> float | None:
     steps = ev.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("time").is_not_null() & pl.col("rank").is_not_null())
     if steps.height:
         by = ["file", "rank"]
-        s = steps.select(
+        # the ranks of a synchronous job share one pace: a few series say it (thousands of ranks need not)
+        keys = steps.select(by).unique().sort(by).head(ARRIVAL_MAX_SERIES)
+        s = steps.join(keys, on=by, how="semi").select(
             "file", "rank", pl.col("time").dt.epoch("ns").alias("t"),
             pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False).alias("step"),
         ).sort([*by, "t"]).with_columns((pl.col("t").diff().over(by) / 1e9).alias("dt"), pl.col("step").diff().over(by).alias("ds"))
@@ -443,7 +448,8 @@ def _largest_jump(dts: list[float]) -> float | None:
     if len(x) < 2 * m:
         return None
     best = None
-    for i in range(m, len(x) - m + 1):
+    step = max(1, (len(x) - 2 * m) // ARRIVAL_MAX_SPLITS)  # a long series: evenly spaced splits
+    for i in range(m, len(x) - m + 1, step):
         b, a = _typical(x[:i]), _typical(x[i:])
         if b > 0 and (best is None or a / b > best):
             best = a / b
