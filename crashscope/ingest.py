@@ -34,6 +34,7 @@ SNIFF_BYTES = 8 * 1024  # sniffers see this much of a file's head (they run on e
 MAX_LINE_BYTES = 1024 * 1024  # longer lines are cut here (a 100 MB line is not a log line)
 NEAR_TIE = 0.05
 BATCH_BYTES = 64 * 1024 * 1024
+NUMPY_COUNT_BYTES = 4 * 1024 * 1024  # a bulk pass this large counts its newlines with numpy
 ITER_SLICE = 16_384  # hit lines made into Python strings at a time
 SMALL_HITS = 4_096  # a block with fewer hits is split among sources in Python, not polars
 BATCH_FILES = 256  # a bulk pass has ~5 ms of fixed cost: 64 small files a batch paid ~90 us each, 256 ~40 us
@@ -732,12 +733,14 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
     our column separator. None for a file this pass does not take, which the caller reads
     the plain way: one with a line over MAX_LINE_BYTES (which the plain path cuts and says
     so), or every file of a pass polars could not split a row per line."""
-    import numpy as np
-
     out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(spans)
     ends = [s for s, _ in spans[1:]] + [len(data)]
-    # numpy counts newlines ~6x faster than bytes.count
-    counts = [int(np.count_nonzero(np.frombuffer(data, np.uint8, e - s, s) == 10)) for (s, _), e in zip(spans, ends)]
+    if len(data) > NUMPY_COUNT_BYTES:
+        import numpy as np  # counts newlines ~6x faster than bytes.count; its import is not worth it on a small pass
+
+        counts = [int(np.count_nonzero(np.frombuffer(data, np.uint8, e - s, s) == 10)) for (s, _), e in zip(spans, ends)]
+    else:
+        counts = [bytes(data[s:e]).count(b"\n") for (s, _), e in zip(spans, ends)]
     try:
         df = pl.read_csv(
             io.BytesIO(bytes(data)),
@@ -748,12 +751,10 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
         return out
     if df.height != sum(counts):
         return out  # a row per line is what the line numbers rest on
-    c = np.asarray(counts, dtype=np.int64)
-    starts = np.cumsum(c) - c
-    total = int(c.sum())
+    per_file = pl.DataFrame({"f": pl.Series(range(len(spans)), dtype=pl.UInt32), "c": pl.Series(counts, dtype=pl.UInt32)})
     df = df.with_columns(
-        pl.Series("f", np.repeat(np.arange(len(spans), dtype=np.uint32), c)),
-        pl.Series("n", (np.arange(total, dtype=np.int64) - np.repeat(starts, c) + 1).astype(np.uint32)),
+        per_file.select(pl.col("f").repeat_by("c").explode().drop_nulls()).to_series(),
+        per_file.select(pl.int_ranges(1, pl.col("c") + 1, dtype=pl.UInt32).explode().drop_nulls()).to_series().alias("n"),
     )
     long: set[int] = set()
     # (a file over MAX_LINE_BYTES rarely has such a line: the longest line first, which

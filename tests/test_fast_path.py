@@ -110,6 +110,13 @@ def test_passes_of_one_block_agree(big_job: Path, monkeypatch: pytest.MonkeyPatc
     _same_both_ways(big_job, monkeypatch)
 
 
+@pytest.mark.parametrize("numpy_from", [0, 1 << 40], ids=["numpy-counts", "bytes-counts"])
+def test_both_newline_counters_agree(big_job: Path, monkeypatch: pytest.MonkeyPatch, numpy_from: int) -> None:
+    """Small passes count newlines without numpy (its import costs a small job ~0.13 s)."""
+    monkeypatch.setattr(ingest_mod, "NUMPY_COUNT_BYTES", numpy_from)
+    _same_both_ways(big_job, monkeypatch)
+
+
 def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The equivalence above is not vacuous: the large clean files go through _bulk_hits,
     the ones with an over-long line or a separator byte do not."""
