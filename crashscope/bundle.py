@@ -311,6 +311,25 @@ def host_hint_from_path(rel: str) -> str | None:
     return None
 
 
+# A shell prompt pasted above a command's output: bash's default PS1 (Debian/Ubuntu
+# ``\u@\h:\w\$``, RHEL ``[\u@\h \W]\$``), zsh's ``%n@%m %~ %#``, a conda env in front.
+_PROMPT = regex.compile(
+    r"(?m)^(?:\([^()\s]{1,64}\) ?)?\[?[a-z_][a-z0-9_.-]{0,31}@([A-Za-z0-9][A-Za-z0-9.-]{0,252})"
+    r"(?::[^\s$#%]{0,200}| [^\n$#%\]]{1,200}?)\]? ?[$#%] +\S"
+)
+_PROMPT_HOST = regex.compile(r"^(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{0,62}$")  # a letter: not an IPv4 address
+
+
+def host_hint_from_prompt(head: str) -> str | None:
+    """The host of the shell prompts in a pasted terminal session (``root@node4:~# dmesg``),
+    when every prompt in ``head`` names the same one; None otherwise."""
+    hosts = {m.group(1).split(".", 1)[0] for m in _PROMPT.finditer(head)}
+    if len(hosts) != 1:
+        return None
+    host = hosts.pop()
+    return host if _PROMPT_HOST.match(host) and host.lower() not in ("localhost", "localhost4", "localhost6") else None
+
+
 def rank_hint_from_path(rel: str) -> int | None:
     m = None
     for m in _RANK_IN_NAME.finditer(rel.replace("!", "/").rsplit("/", 1)[-1]):

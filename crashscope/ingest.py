@@ -8,6 +8,7 @@ reach Python. Memory stays flat: a block at a time, plus the sparse events.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -22,7 +23,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 import polars as pl
 import regex
 
-from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, looks_binary, open_ref, rank_hint_from_path, read_head, scan
+from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, host_hint_from_prompt, looks_binary, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
 from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
@@ -481,6 +482,10 @@ def _read_entry(  # type: ignore[no-untyped-def]
     binary = looks_binary(head[:8192])
     sniff_head = head[:SNIFF_BYTES]
     head_text, _ = decode(sniff_head[: len(sniff_head) - _partial_utf8_tail(sniff_head)])
+    if info.host_hint is None and "@" in head_text:
+        prompt_host = host_hint_from_prompt(head_text)
+        if prompt_host:
+            info = dataclasses.replace(info, host_hint=prompt_host)
     forced = _override(entry.path, overrides)
     if forced is not None:
         winner, score, runner = forced, 1.0, None
