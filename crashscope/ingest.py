@@ -965,7 +965,9 @@ def _scan_lines(  # type: ignore[no-untyped-def]
                             continue
                         bad_utf8 = bad_utf8 or any("\ufffd" in t for _, t in mine)
                     else:
-                        mine = hits.filter(pl.col("l").str.contains(src.prefilter))
+                        # the bulk pass already matched each source's prefilter (unless runs were folded)
+                        wanted = pl.col(f"_s{i}") if f"_s{i}" in hits.columns else pl.col("l").str.contains(src.prefilter)
+                        mine = hits.filter(wanted)
                         if not mine.height:
                             continue
                         bad_utf8 = bad_utf8 or bool(mine["l"].str.contains("\ufffd", literal=True).any())

@@ -28,7 +28,7 @@ from crashscope.analyses import checkpoint_io, nccl_env
 from crashscope.engine.model import Evidence, Finding
 from crashscope.report.model import EventRef, Report
 from crashscope.schema import Kind
-from crashscope.timeline import iso
+from crashscope.timeline import attrs_of, iso
 
 LAYERS: tuple[tuple[str, str], ...] = (
     ("gpu", "GPU visibility and driver parity"),
@@ -102,13 +102,6 @@ def _row_item(r: dict[str, Any]) -> dict[str, Any]:
             "time": iso(int(t.timestamp() * 1_000_000_000)) if t is not None else None, "message": r["message"]}
 
 
-def _attrs(r: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return json.loads(r["attrs"]) if r["attrs"] else {}
-    except ValueError:
-        return {}
-
-
 def _allocation(events: pl.DataFrame) -> list[str]:
     """The job's nodes as Slurm allocated them (a node that left no log is still one)."""
     nodes: set[str] = set()
@@ -177,7 +170,7 @@ class _Ctx:
         decoded: dict[str | None, tuple[Any, Any]] = {}
         if ver.height:
             for a in ver["attrs"].unique().to_list():
-                d = _attrs({"attrs": a})
+                d = attrs_of(a)
                 decoded[a] = (d.get("component"), d.get("version"))
             for i, (host, a) in enumerate(ver.select("host", "attrs").iter_rows()):
                 comp, v = decoded[a]
@@ -297,14 +290,14 @@ class _Ctx:
         # "DUE TO", is srun cleaning up, not the scheduler acting).
         states = []
         for r in self._of(Kind.JOB_STATE.value).iter_rows(named=True):
-            a = _attrs(r)
+            a = attrs_of(r["attrs"])
             v = a.get("state")
             if v and a.get("step") is None and a.get("action") is None:
                 states.append(str(v).split()[0].upper())
         bad_state = [x for x in states if x in ("PREEMPTED", "REQUEUED", "TIMEOUT", "NODE_FAIL", "CANCELLED", "DEADLINE", "BOOT_FAIL")]
         acted = []
         for r in self._of((Kind.JOB_CANCEL.value, Kind.NODE_STATE.value)).filter(pl.col("source").cast(pl.String).is_in(["slurm", "sacct"])).iter_rows(named=True):
-            a = _attrs(r)
+            a = attrs_of(r["attrs"])
             if r["kind"] == Kind.NODE_STATE.value or a.get("entity") == "job" or a.get("reason") not in (None, "FAILED", "CANCELLED"):
                 acted.append(r)
         cancels = pl.DataFrame(acted, schema=s.schema) if acted else s.clear()
@@ -324,7 +317,7 @@ class _Ctx:
         init = self._of(Kind.COMM_INIT.value).filter(pl.col("attrs").str.contains('"phase":"complete"', literal=True))
         init_ranks = set()
         for r in init.iter_rows(named=True):
-            rk = _attrs(r).get("rank")
+            rk = attrs_of(r["attrs"]).get("rank")
             init_ranks.add((r["host"], r["pid"], rk))
         sock = self._of(Kind.NETWORK_ERROR.value).filter(~pl.col("attrs").str.contains('"transport":"ib"', literal=True))
         timeouts = self._of((Kind.COLLECTIVE_TIMEOUT.value, Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value))

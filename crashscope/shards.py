@@ -226,6 +226,8 @@ def _read_many(blobs: list[bytes], rows: int) -> pl.DataFrame | None:
         return pl.DataFrame(schema=STORED_SCHEMA)
     try:
         frame = pl.scan_parquet(blobs, schema=STORED_SCHEMA, missing_columns="insert", extra_columns="ignore").collect()
+    except TypeError:
+        raise  # a polars without these keywords: not a shard problem, and not to be hidden as one
     except Exception:  # noqa: BLE001 - a shard of another shape or a corrupt one: each alone then
         return None
     return frame if frame.height == rows else None

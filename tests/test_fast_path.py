@@ -110,16 +110,9 @@ def test_passes_of_one_block_agree(big_job: Path, monkeypatch: pytest.MonkeyPatc
     _same_both_ways(big_job, monkeypatch)
 
 
-@pytest.mark.parametrize("numpy_from", [0, 1 << 40], ids=["numpy-counts", "bytes-counts"])
-def test_both_newline_counters_agree(big_job: Path, monkeypatch: pytest.MonkeyPatch, numpy_from: int) -> None:
-    """Small passes count newlines without numpy (its import costs a small job ~0.13 s)."""
-    monkeypatch.setattr(ingest_mod, "NUMPY_COUNT_BYTES", numpy_from)
-    _same_both_ways(big_job, monkeypatch)
-
-
-def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The equivalence above is not vacuous: the large clean files go through _bulk_hits,
-    the ones with an over-long line or a separator byte do not."""
+def _fast_path_sizes(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the files _bulk_hits took (a wrong newline count makes it give a pass
+    back to the plain path, which the equivalence alone would not notice)."""
     taken: list[int] = []
     real = ingest_mod._bulk_hits
 
@@ -128,11 +121,32 @@ def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pyt
         taken.extend(n for (_, n), o in zip(spans, out) if o is not None)
         return out
 
-    monkeypatch.setattr(ingest_mod, "_bulk_hits", spy)
-    ingest(big_job, workers=1)
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "_bulk_hits", spy)
+        ingest(big_job, workers=1)
+    return sorted(taken)
+
+
+def _clean_sizes(big_job: Path) -> list[int]:
     sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
-    assert sorted(taken) == sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log"))
+    return sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log"))
+
+
+def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The equivalence above is not vacuous: the large clean files go through _bulk_hits,
+    the ones with an over-long line or a separator byte do not."""
+    taken = _fast_path_sizes(big_job, monkeypatch)
+    assert taken == _clean_sizes(big_job)
     assert max(taken) > 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("numpy_from", [0, 1 << 40], ids=["numpy-counts", "bytes-counts"])
+def test_both_newline_counters_agree(big_job: Path, monkeypatch: pytest.MonkeyPatch, numpy_from: int) -> None:
+    """Small passes count newlines without numpy (its import costs a small job ~0.13 s):
+    with either counter the clean files stay on the fast path and give the plain events."""
+    monkeypatch.setattr(ingest_mod, "NUMPY_COUNT_BYTES", numpy_from)
+    assert _fast_path_sizes(big_job, monkeypatch) == _clean_sizes(big_job)
+    _same_both_ways(big_job, monkeypatch)
 
 
 def test_parallel_ingest_is_the_serial_one(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,13 +19,11 @@ connection abort" (NCCL ``socketStartConnect: Connect to <peer> failed : ...``).
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind
+from crashscope.timeline import _ns, attrs_of
 
 RULE_ID = "lone-network-reset"
 WEIGHT = 0.35  # above MIN_CAUSE_SCORE so it can name the cause alone; its cap (0.53) stays far below 0.8
@@ -42,7 +40,7 @@ STORY_KINDS = (
     Kind.CUDA_ERROR, Kind.SIGNAL, Kind.JOB_CANCEL, Kind.HOST_OOM, Kind.XID, Kind.SXID, Kind.GPU_THROTTLE,
     Kind.STORAGE_ERROR, Kind.HUNG_TASK, Kind.MCE, Kind.KERNEL_PANIC, Kind.BOOT, Kind.SEGFAULT,
 )
-FAILED_STATES_OK = ("FAILED",)  # a job record saying only that it failed; any other end state is a story
+QUIET_STATES = {"FAILED", "COMPLETED", "RUNNING", "PENDING"}  # a plain FAILED says only that it failed; other end states are a story
 DEATH_CODES = {9, 15, 137, 143, -9, -15, 134, -6, 139, -11}
 
 
@@ -74,7 +72,7 @@ def lone_network_reset(ev: pl.DataFrame, world: int | None) -> list[Finding]:
         .to_dicts()
     )
     hosts = sorted({r["host"] for r in rows if r["host"]})
-    peers = sorted({p for r in rows if (p := _attrs(r).get("peer_host")) and isinstance(p, str) and p not in hosts})
+    peers = sorted({p for r in rows if (p := attrs_of(r["attrs"]).get("peer_host")) and isinstance(p, str) and p not in hosts})
     ranks = sorted({int(r["rank"]) for r in rows if r["rank"] is not None})
     evidence = tuple(
         Evidence(
@@ -88,7 +86,7 @@ def lone_network_reset(ev: pl.DataFrame, world: int | None) -> list[Finding]:
     return [
         Finding(
             rule_id=RULE_ID, title=f"Connection reset with no process seen dying (on {where})", cause="fabric_timeout",
-            role="cause", status="stable", weight=WEIGHT, first_time=min(times) if times else None, count=resets.height,
+            role="cause", status="stable", weight=WEIGHT, first_time=min(times) if times else None, count=len(rows),
             hosts=tuple(hosts + peers), ranks=tuple(ranks), gpus=(), evidence=evidence,
             explanation=(
                 "The only anomaly in these logs is a TCP connection reset (or aborted) between ranks: no process "
@@ -110,7 +108,7 @@ def _no_deaths(ev: pl.DataFrame) -> bool:
     state other than a plain FAILED."""
     kinds = [Kind.PROCESS_EXIT.value, Kind.ROOT_CAUSE_REPORT.value, Kind.JOB_STATE.value]
     for a in ev.filter(pl.col("kind").cast(pl.String).is_in(kinds))["attrs"].drop_nulls().to_list()[:100_000]:
-        d = _attrs({"attrs": a})
+        d = attrs_of(a)
         if d.get("signal"):
             return False
         code = d.get("exitcode")
@@ -120,25 +118,7 @@ def _no_deaths(ev: pl.DataFrame) -> bool:
         except (TypeError, ValueError):
             pass
         state = d.get("state")
-        if isinstance(state, str) and state.strip() and state.split()[0].upper() not in FAILED_STATES_OK + ("COMPLETED", "RUNNING", "PENDING"):
+        if isinstance(state, str) and state.strip() and state.split()[0].upper() not in QUIET_STATES:
             return False
     return True
 
-
-def _attrs(r: dict[str, Any]) -> dict[str, Any]:
-    a = r.get("attrs")
-    if not a:
-        return {}
-    try:
-        d = json.loads(a)
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
-def _ns(t: Any) -> int | None:
-    if t is None:
-        return None
-    from crashscope.timeline import _ns as ns
-
-    return ns(t)

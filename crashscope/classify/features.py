@@ -301,8 +301,7 @@ def _telemetry(f: dict[str, float], ev: pl.DataFrame, d: pl.DataFrame | None, co
             top = float(peaks.max())  # type: ignore[arg-type]
             f["temp_max"] = top / 100.0
             f["temp_excess"] = max(0.0, top - float(peaks.median())) / 10.0  # type: ignore[arg-type]
-        # Masks other than idle (0x1) and the application/sw power cap (0x2, 0x4) mean slowdown.
-        if d.select((pl.col("m") & ~0x7 != 0).any()).item():
+        if d.select((pl.col("m") & SLOW_MASK != 0).any()).item():
             throttle = True
     f["throttle_any"] = 1.0 if throttle else 0.0
     steps = ev.filter((pl.col("kind") == Kind.TRAIN_STEP.value) & pl.col("rank").is_not_null())
@@ -373,10 +372,9 @@ def _traces(f: dict[str, float], ev: pl.DataFrame, d: pl.DataFrame | None, stabl
     are missing, who never answered the dump signal, and how many GPUs ran slow."""
     from crashscope.analyses import collectives as col
 
-    dumps = col.missing_dumps(ev, world)
-    if ev.filter(pl.col("kind") == Kind.TRACE_DUMP.value).height:
+    if ev.select((pl.col("kind") == Kind.TRACE_DUMP.value).any()).item():
         f["fr_dumps"] = 1.0
-        f["fr_missing_frac"] = min(1.0, len(dumps) / world)
+        f["fr_missing_frac"] = min(1.0, len(col.missing_dumps(ev, world)) / world)
     located = [x for x in stable if x.rule_id in (col.HANG_ID, col.WATCHDOG_ID, col.TRACE_HANG_ID)]
     if located:
         f["coll_never_entered_frac"] = min(1.0, max(len(x.ranks) for x in located) / world)

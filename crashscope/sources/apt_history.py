@@ -51,8 +51,11 @@ _DPKG = lazy_compile(
 )
 _DPKG_ANY = lazy_compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?:startup|status|configure|trigproc|install|upgrade|remove|purge|conffile) ")
 
-# package name -> component, first match wins (Debian/Ubuntu and NVIDIA's CUDA repository names)
-_COMPONENTS: tuple[tuple[Any, str], ...] = (
+# package name -> component, first match wins (Debian/Ubuntu and NVIDIA's CUDA repository names);
+# None: NVIDIA-named packages outside the driver stack (container runtime, desktop tools,
+# the repository key), whose upgrades change nothing a training job loads
+_COMPONENTS: tuple[tuple[Any, str | None], ...] = (
+    (lazy_compile(r"^(?:nvidia-container|libnvidia-container|nvidia-docker|nvidia-prime|nvidia-settings|cuda-keyring)"), None),
     (lazy_compile(r"^(?:nvidia-fabricmanager|libnvidia-nscq|nvlsm)"), "fabricmanager"),
     (lazy_compile(r"^(?:datacenter-gpu-manager|libdcgm)"), "dcgm"),
     (lazy_compile(r"^(?:libnccl|nccl)"), "nccl"),

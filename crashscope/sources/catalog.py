@@ -227,9 +227,7 @@ class CatalogSource(LineSource):
                 if isinstance(h.attrs.get("exec_host"), str):
                     # Torque/PBS exec_host "host/cpu+host/cpu": the job's nodes, as a NodeList would be
                     attrs["nodes"] = list(dict.fromkeys(part.split("/", 1)[0] for part in h.attrs["exec_host"].split("+")))
-                host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None) or _one_host(h.attrs.get("nodes"))
-                if host is None and isinstance(attrs.get("nodes"), list) and len(attrs["nodes"]) == 1:
-                    host = attrs["nodes"][0]
+                host = env.host or (str(h.attrs["node"]) if h.attrs.get("node") else None) or _one_host(attrs.get("nodes"))
                 if h.name == "ray_actor_died_ip":
                     ray_ip.update(line=n, ip=host)
                 elif host is None and h.name == "ray_node_died" and ray_ip and 0 < n - ray_ip["line"] <= RAY_FIELDS_BEFORE:
@@ -244,7 +242,10 @@ class CatalogSource(LineSource):
 
 
 def _one_host(nodes: Any) -> str | None:
-    """A captured host list that names one host (``worker-1``, not ``node[01-04]`` or ``a,b``)."""
+    """A captured host list that names one host (``worker-1``, not ``node[01-04]`` or ``a,b``;
+    or a list of one, as a Torque exec_host gives)."""
+    if isinstance(nodes, list):
+        return str(nodes[0]) if len(nodes) == 1 and nodes[0] else None
     if isinstance(nodes, str) and nodes and not any(c in nodes for c in "[],"):
         return nodes
     return None
