@@ -105,3 +105,99 @@ def test_step_times_from_stamps_when_lines_print_none():
     rows = [dict(r, attrs={"step": r["attrs"]["step"]}) for r in _steps([280.0] * 12 + [900.0] * 10)]
     (f,) = throughput_collapse(make_events(*rows), 2)
     assert f.cause == "gpu_throttle"
+
+
+# gloo's ring allreduce: which connection the send/recv timeouts show broken (silence._ring_link).
+# Texts as torch 2.13 gloo printed them (fixtures/recorded/iptables_*): unbound_buffer.cc:129 is
+# waitSend's throw, :78 waitRecv's.
+GLOO_SEND_TIMEOUT = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 30000ms for send operation to complete"
+
+
+def _wait(rank: int, wait: str, t: float = 30.1) -> dict:
+    if wait == "closure":
+        return dict(source="pytorch", kind="collective_timeout", severity="error", rank=rank, host=HOST[rank], t=t, line=20,
+                    file=f"logs/rank{rank}.log", message="Application timeout caused pair closure",
+                    attrs={"transport": "gloo", "wait": "pair closed on timeout"})
+    return dict(_timeout(rank, t), message=GLOO_SEND_TIMEOUT if wait == "send" else GLOO_TIMEOUT,
+                attrs={"transport": "gloo", "wait": wait, "timeout_ms": 30000})
+
+
+def _fr(rank: int, seq: int, op: str = "gloo:all_reduce", t: float = 0.1) -> dict:
+    return dict(source="flight_recorder", kind="collective", severity="info", rank=rank, host=HOST[rank], t=t, line=seq,
+                file=f"fr/nccl_trace_rank_{rank}", message=f"{op} seq {seq}",
+                attrs={"pg": "0", "pg_desc": "default_pg", "pg_id": 0, "seq": seq, "op": op, "record_id": seq,
+                       "state": "scheduled", "input_sizes": [[919296]], "input_dtypes": ["Float"]})
+
+
+def _mutual(waits: str, ops: tuple[str, ...] = ("gloo:all_reduce",) * 4, fr: bool = True):
+    ev = [*[_progress(r, 0.0) for r in range(4)], *[_wait(r, w) for r, w in enumerate(waits.split())]]
+    if fr:
+        ev += [_fr(r, s, "gloo:all_reduce", t=-0.3 + s / 100) for r in range(4) for s in (31, 32)]
+        ev += [_fr(r, 33, ops[r]) for r in range(4)]
+    (f,) = silent_ranks(make_events(*ev), 4)
+    assert (f.rule_id, f.cause, f.ranks, f.hosts) == ("mutual-timeout", "fabric_timeout", (), ())  # never a culprit
+    return f
+
+
+def test_a_send_timeout_beside_its_receivers_recv_timeout_names_the_link_not_a_rank():
+    # rank 1 sends to rank 0 in the ring; it timed out on that send, rank 0 on that receive
+    f = _mutual("recv send recv recv")
+    assert "on the link between rank 0 (n1) and rank 1 (n1)" in f.title
+    assert "so no culprit is named" in f.explanation and f.actions[0].startswith("Start with the path between rank 0")
+    assert {f.evidence[0].rank, f.evidence[1].rank} == {0, 1}  # the link's two ends first
+
+
+def test_the_ring_closes_from_rank_zero_to_the_last_rank():
+    f = _mutual("send recv recv recv")  # rank 0 sends to rank 3
+    assert "on the link between rank 3 (n2) and rank 0 (n1)" in f.title
+
+
+def test_no_link_without_a_send_beside_a_recv_or_with_two_of_them():
+    for waits in ("recv recv recv recv", "send send send send", "send recv send recv"):
+        assert "link between" not in _mutual(waits).title, waits
+    # rank 2's send waited on rank 1, itself stuck on a send: that says nothing; ranks 1 and 0 still do
+    assert "on the link between rank 0 (n1) and rank 1 (n1)" in _mutual("recv send send recv").title
+
+
+def test_no_link_unless_the_dumps_show_one_all_reduce_everywhere():
+    assert "link between" not in _mutual("recv send recv recv", fr=False).title  # not known to be a ring allreduce
+    # gloo's allgather ring runs the other way (recv from rank-1): the same texts would point elsewhere
+    assert "link between" not in _mutual("recv send recv recv", ops=("gloo:all_gather",) * 4).title
+    # one rank in a later collective than the others: not the same ring
+    ev = [*[_progress(r, 0.0) for r in range(4)], *[_wait(r, w) for r, w in enumerate("recv send recv recv".split())],
+          *[_fr(r, 33) for r in range(4)], _fr(2, 34, t=0.2)]
+    fs = silent_ranks(make_events(*ev), 4)
+    assert all("link between" not in f.title for f in fs)
+
+
+def test_no_link_when_a_second_operation_timed_out_in_a_rank():
+    # "Application timeout caused pair closure": another op was in flight (DDP buckets); its waits may be these
+    assert "link between" not in _mutual("recv send recv closure").title
+
+
+# The recordings (real torch 2.13 gloo runs, one rank's TCP ports dropped by iptables mid-run) as
+# goldens: the link the waits show, and that it always holds the cut rank. None where the texts
+# show no send beside its receiver's recv (rank3_nodebug_srun) or a second op timed out (rank1_torchrun).
+RECORDED_LINKS = {
+    "iptables_rank0_nodebug_srun": (0, 1), "iptables_rank0_torchrun": (3, 0), "iptables_rank1_info_srun": (1, 2),
+    "iptables_rank1_torchrun": None, "iptables_rank2_nodebug_torchrun": (2, 3), "iptables_rank3_ddp_torchrun": (3, 0),
+    "iptables_rank3_nodebug_srun": None,
+}
+
+
+def test_the_recorded_iptables_runs_name_the_broken_link_and_no_culprit():
+    import json
+    import re
+    from pathlib import Path
+
+    from crashscope.evaluation import load_cases, analyze_case
+
+    cases = {c.id: c for c in load_cases(Path(__file__).parents[1] / "fixtures" / "recorded", "recorded")}
+    for rid, want in RECORDED_LINKS.items():
+        rep = analyze_case(cases[rid])
+        cut = json.loads((cases[rid].path / "truth.json").read_text())["culprit"]["ranks"][0]
+        m = re.search(r"on the link between rank (\d+) \(n\d\) and rank (\d+) \(n\d\)", rep["summary"])
+        got = (int(m.group(1)), int(m.group(2))) if m else None
+        assert got == want, (rid, rep["summary"])
+        assert got is None or cut in got, rid  # the cut rank is one end of the link the waits name
+        assert (rep["cause"], rep["implicated"]["ranks"]) == ("fabric_timeout", []), rid

@@ -219,12 +219,28 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
     # The waits began one timeout before they ended: that is when the data stopped.
     began = [first[r]["time"] - timedelta(milliseconds=float(a[r]["timeout_ms"])) for r in timed
              if isinstance(a[r].get("timeout_ms"), (int, float))]
-    rows = [first[r] for r in sorted(first)]
+    link = _ring_link(first, a, events) if events is not None else None
+    order = sorted(first, key=lambda r: (r not in (link or ()), r))  # the link's two ends first
+    rows = [first[r] for r in order]
     evidence = tuple(_evidence(dict(r, _t=_ns(r["time"]))) for r in rows[:MAX_EVIDENCE])
     ms = max((float(a[r]["timeout_ms"]) for r in timed if isinstance(a[r].get("timeout_ms"), (int, float))), default=None)
     title = (f"All {len(first)} ranks timed out waiting for each other at the same moment"
              + (f" (gloo, {ms / 1000:.0f} s)" if ms else "") + ": every rank was alive inside a collective and the data "
              "between them stopped")
+    where = ("gloo's texts name no peer, so which link is not known.")
+    action = ""
+    if link is not None:
+        recv_r, send_r = link
+        ends = [f"rank {r}" + (f" ({first[r]['host']})" if first[r].get("host") else "") for r in (recv_r, send_r)]
+        title += f", on the link between {ends[0]} and {ends[1]}"
+        where = (f"In gloo's ring allreduce rank {send_r} sends to rank {recv_r} (gloo/allreduce.cc: send to rank-1, receive "
+                 f"from rank+1); rank {send_r} timed out on that send and rank {recv_r} on that receive in the same all_reduce "
+                 "(the Flight Recorder dumps). A send completes only once the receiver's ready-to-receive notice has "
+                 "arrived and the data is written (gloo/transport/tcp/pair.cc), so either rank "
+                 f"{recv_r}'s notice or rank {send_r}'s data went unanswered for the whole timeout between two live processes: "
+                 "that connection is the break. The texts are the same whichever end lost its network (a cut at "
+                 "either end, or of the link between them), so no culprit is named.")
+        action = f"Start with the path between {ends[0]} and {ends[1]}: "
     return Finding(
         rule_id=MUTUAL_RULE_ID, title=title, cause="fabric_timeout", role="cause", status="stable", weight=MUTUAL_WEIGHT,
         first_time=_ns(min(began)) if began else evidence[0].time, count=len(first), hosts=(), ranks=(), gpus=(),
@@ -233,13 +249,52 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
             "A gloo timeout is raised by the rank that was waiting, so each of these ranks was alive and in a "
             "collective; none died and none hung outside one (that rank would have said nothing). Data that stops "
             "between live ranks points at the network; ranks in different collectives (a desync) would too, which "
-            "Flight Recorder dumps or TORCH_DISTRIBUTED_DEBUG=DETAIL show. gloo's texts name no peer, so which link "
-            "is not known."
+            "Flight Recorder dumps or TORCH_DISTRIBUTED_DEBUG=DETAIL show. " + where
         ),
         actions=(
-            "Check the nodes' network around the time the waits began (one timeout before the errors): interface errors and link state (ip -s link, ethtool -S), firewall rules, the switch; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (monitoredBarrier names the rank that did not arrive) and TORCH_FR_BUFFER_SIZE set.",
+            action + "Check the nodes' network around the time the waits began (one timeout before the errors): interface errors and link state (ip -s link, ethtool -S), firewall rules, the switch; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (monitoredBarrier names the rank that did not arrive) and TORCH_FR_BUFFER_SIZE set.",
         ),
     )
+
+
+def _ring_link(first: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], events: pl.DataFrame) -> tuple[int, int] | None:
+    """The one connection gloo's ring allreduce shows broken, as (receiver, sender), or None.
+
+    gloo's ring (``gloo/allreduce.cc`` ``ring()``): rank r receives from r+1 and sends to r-1;
+    at iteration i it posts segment i's recv and send and then waits for segment i-2's, recv
+    first (``waitRecv``, ``unbound_buffer.cc`` "for recv operation"), then send (``waitSend``,
+    "for send operation"); segment i of r's send is segment i of r-1's recv. A send is written
+    only when the receiver's ``NOTIFY_RECV_READY`` arrives and completes once written
+    (``transport/tcp/pair.cc``). So when rank x timed out on its send to x-1 and x-1 on its recv
+    from x in the same all_reduce, either x-1 had posted the recv x waited for (its notice never
+    arrived) or x had already written the segment x-1 waited for (it never arrived): the pair
+    x-1 <-> x carried nothing for the whole timeout between two live processes. Which end lost
+    its network the texts cannot say. Only when: every rank 0..n-1 (n >= 3) reported; each
+    rank's last Flight Recorder entry is the same all_reduce (group and sequence number; other
+    collectives' rings run the other way or are not rings); no rank printed "Application timeout
+    caused pair closure" (with two all_reduces in flight, DDP's buckets, each rank waits on them
+    in the same order and reports the first one's own timeout, unless the other timed out first
+    and closed its pairs: then that text, and the reported waits may be of different ops); and
+    exactly one such send/recv pair exists."""
+    n = len(first)
+    if n < 3 or set(first) != set(range(n)):
+        return None
+    if any(x.get("wait") == "pair closed on timeout" for x in a.values()):
+        return None
+    from crashscope.analyses.collectives import _entries
+
+    last: dict[int, dict[str, Any]] = {}
+    for e in _entries(events):
+        if e["_t"] is not None and (e["rank"] not in last or e["_t"] > last[e["rank"]]["_t"]):
+            last[e["rank"]] = e
+    if set(last) != set(first) or len({(e["pg"], e["seq"]) for e in last.values()}) != 1:
+        return None
+    if any(str(e["op"]).rsplit(":", 1)[-1] != "all_reduce" for e in last.values()):
+        return None
+    pairs = [((x - 1) % n, x) for x in range(n)
+             if first[x]["kind"] == Kind.COLLECTIVE_TIMEOUT.value and a[x].get("wait") == "send"
+             and first[(x - 1) % n]["kind"] == Kind.COLLECTIVE_TIMEOUT.value and a[(x - 1) % n].get("wait") == "recv"]
+    return pairs[0] if len(pairs) == 1 else None
 
 
 def _cut_off_finding(ev: pl.DataFrame, own: pl.DataFrame, loss: pl.DataFrame, rank: int, why: str,
