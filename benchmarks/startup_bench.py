@@ -11,7 +11,16 @@ much less). Rows:
   before it reads a file;
 * ``analyze``: ``crashscope analyze JOB -f json -o FILE`` on the small job that
   ``file_cost_bench.make_job`` makes for ``--files 10``: one node's 8 rank logs and its 4
-  node files (12 files), from a simulated job.
+  node files (12 files), from a simulated job;
+* ``python``: ``python -c pass``, the interpreter's own start-up (in every row above).
+
+Then where an analyze's CPU time goes: ``benchmarks/startup_breakdown.py`` runs the same
+analyze ``--repeat`` times with timers on the imports, the regex compiles, the catalog and
+rule loading, each pipeline stage and typer's option parsing (exclusive buckets; its
+docstring says what each one holds); the median of each bucket is printed, largest first
+(``--no-breakdown`` skips it). The catalogs and the shipped rules come from the user's
+cache (``crashscope.datacache``) after the warm-up run; ``CRASHSCOPE_CACHE_DIR=off`` in the
+environment measures the uncached cost.
 
 Usage:
     python benchmarks/startup_bench.py --repeat 5 --out /tmp/cs-bench-startup
@@ -32,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,6 +72,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10, help="files in the job (default 10)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--root", type=Path, help="import crashscope from this folder instead (e.g. `git archive` of an older commit, for a before/after)")
+    ap.add_argument("--no-breakdown", action="store_true", help="skip the per-bucket breakdown of an analyze")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from file_cost_bench import make_job  # noqa: E402 - the same generator as the per-file bench
@@ -79,24 +90,43 @@ def main() -> None:
     def child(cmd: list[str]) -> tuple[float, float, str]:
         return _child(cmd, env, args.out)
 
-    runs: dict[str, list[tuple[float, float]]] = {"--help": [], "import": [], "analyze": []}
-    child([*exe, "analyze", str(job), "-f", "json", "-o", str(report)])  # warm the page cache and the .pyc files
+    runs: dict[str, list[tuple[float, float]]] = {"--help": [], "import": [], "analyze": [], "python": []}
+    child([*exe, "analyze", str(job), "-f", "json", "-o", str(report)])  # warm the page cache, the .pyc files and the data cache
     for _ in range(args.repeat):
         runs["--help"].append(child([*exe, "--help"])[:2])
         wall, _cpu, out = child([sys.executable, "-c", IMPORTS])
         runs["import"].append((wall, float(out.strip().splitlines()[-1])))
         runs["analyze"].append(child([*exe, "analyze", str(job), "-f", "json", "-o", str(report)])[:2])
+        runs["python"].append(child([sys.executable, "-c", "pass"])[:2])
+    breakdown: list[dict[str, Any]] = []
+    if not args.no_breakdown:
+        for _ in range(args.repeat):
+            proc = subprocess.run([sys.executable, str(HERE / "startup_breakdown.py"), str(job), "-f", "json", "-o", str(report)],
+                                  capture_output=True, text=True, env=env, cwd=args.out)
+            breakdown.append(json.loads(proc.stderr.strip().splitlines()[-1]))
     files = sum(1 for p in job.rglob("*") if p.is_file())
     import_from = args.root or "the installed crashscope"
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {args.repeat} runs each; job {job} ({files} files); {import_from}")
     print(f"{'':>10} {'wall min':>9} {'wall med':>9} {'CPU min':>9} {'CPU med':>9}")
-    rows = {}
+    rows: dict[str, Any] = {}
     for name, rs in runs.items():
         walls, cpus = [r[0] for r in rs], [r[1] for r in rs]
         rows[name] = {"wall_min": min(walls), "wall_median": statistics.median(walls), "cpu_min": min(cpus), "cpu_median": statistics.median(cpus)}
         r = rows[name]
         print(f"{name:>10} {r['wall_min']:>9.3f} {r['wall_median']:>9.3f} {r['cpu_min']:>9.3f} {r['cpu_median']:>9.3f}")
     print("(import: wall is the whole child process, CPU is the imports alone)")
+    if breakdown:
+        names = sorted({k for b in breakdown for k in b["buckets"]})
+        med = {k: statistics.median(b["buckets"].get(k, 0.0) for b in breakdown) for k in names}
+        total = statistics.median(b["total"] for b in breakdown)
+        print(f"\nanalyze CPU by bucket (median of {len(breakdown)} runs; total {total:.3f} s after the interpreter's start-up):")
+        shown = 0.0
+        for k, v in sorted(med.items(), key=lambda kv: -kv[1]):
+            if v >= 0.003:
+                print(f"  {v:7.3f}  {k}")
+                shown += v
+        print(f"  {total - shown:7.3f}  (buckets under 3 ms, and the medians' rounding)")
+        rows["breakdown"] = {"total": total, "buckets": med}
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

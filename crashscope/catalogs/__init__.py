@@ -28,7 +28,6 @@ from importlib import resources
 from typing import Any
 
 import regex
-import yaml
 
 from crashscope.schema import CAUSES, KINDS, SEVERITIES
 
@@ -206,6 +205,8 @@ def _minimal(keys: set[str]) -> list[str]:
 
 
 def parse_catalog(text: str, where: str, validate: bool = True) -> tuple[str, tuple[str, ...], list[Entry]]:
+    import yaml  # here: a cached load() never needs it (0.03 s to import)
+
     doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built with it
     if not isinstance(doc, dict):
         raise CatalogError(f"{where}: a catalog file is a mapping")
@@ -289,8 +290,15 @@ def _literal_trie(words: list[str]) -> str:
     return emit(trie)
 
 
+# What a cached Catalogs may contain (crashscope.datacache unpickles nothing else).
+_CACHE_CLASSES = frozenset({("crashscope.catalogs", "Catalogs"), ("crashscope.catalogs", "Entry")})
+
+
 @functools.cache
 def load() -> Catalogs:
+    """The shipped catalogs. Built from the YAML once per content: the result is kept in the
+    user's cache (:mod:`crashscope.datacache`), keyed by the YAML bytes and this module's
+    source, which skips ~0.1 s of YAML parsing and trie building per process."""
     files = []
     root = resources.files("crashscope.catalogs")
     for item in sorted(root.iterdir(), key=lambda p: p.name):
@@ -298,8 +306,16 @@ def load() -> Catalogs:
             files.append((f"crashscope/catalogs/{item.name}", item.read_text(encoding="utf-8")))
     if not files:
         raise CatalogError("no catalog files found in crashscope/catalogs/ (package data missing?)")
+    from crashscope import datacache
+
+    key = datacache.fingerprint([*datacache.source_of(__name__, "crashscope.schema"), *(p for f in files for p in f)])
+    cached = datacache.get("catalogs", key, _CACHE_CLASSES)
+    if isinstance(cached, Catalogs):
+        return cached
     # tests/test_catalogs.py builds the same files with validate=True
-    return build(files, validate=False)
+    cats = build(files, validate=False)
+    datacache.put("catalogs", key, cats)
+    return cats
 
 
 def _num(v: str) -> Any:

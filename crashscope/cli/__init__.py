@@ -53,6 +53,9 @@ class CrashscopeGroup(TyperGroup):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,  # type: ignore[override]
              standalone_mode: bool = True, **extra: Any) -> Any:
         code: Any = 0
+        from crashscope.cli._coerce import install
+
+        install(self)  # plain options coerced without importing pydantic (0.13 s of a small analyze)
         try:
             code = super().main(args=args, prog_name=prog_name or "crashscope", complete_var=complete_var, standalone_mode=False, **extra)
         except _click.exceptions.UsageError as e:
