@@ -170,6 +170,15 @@ def test_no_link_unless_the_dumps_show_one_all_reduce_everywhere():
     assert all("link between" not in f.title for f in fs)
 
 
+def test_no_link_when_the_logs_hold_only_part_of_the_job():
+    # 4 ranks seen of 8: rank 1's send still goes to rank 0, but the ring's ends are not known to be 0 and 3
+    ev = [*[_progress(r, 0.0) for r in range(4)], *[_wait(r, w) for r, w in enumerate("recv send recv recv".split())],
+          *[_fr(r, 33) for r in range(4)]]
+    (f,) = silent_ranks(make_events(*ev), 8)
+    assert f.rule_id == "mutual-timeout" and "link between" not in f.title
+    assert "link between" in silent_ranks(make_events(*ev), 4)[0].title  # the same events, the whole job
+
+
 def test_no_link_when_a_second_operation_timed_out_in_a_rank():
     # "Application timeout caused pair closure": another op was in flight (DDP buckets); its waits may be these
     assert "link between" not in _mutual("recv send recv closure").title

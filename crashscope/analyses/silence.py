@@ -68,7 +68,7 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     cut = _isolated_coordinator(loss, own, seen)
     if cut is not None:
         return [_cut_off_finding(ev, own, loss, *cut)]
-    mutual = _mutual_timeout(loss, seen, events)
+    mutual = _mutual_timeout(loss, seen, events, world)
     if mutual is not None:
         return [mutual]
     named = _named_lagging(loss)
@@ -184,7 +184,8 @@ MUTUAL_RULE_ID = "mutual-timeout"
 MUTUAL_WEIGHT = 0.4  # says what (the data stopped between live ranks), not where
 
 
-def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | None = None) -> Finding | None:
+def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | None = None,
+                    world: int | None = None) -> Finding | None:
     """Every rank of the job reported, at the same moment, that gloo gave up waiting
     (``Timed out waiting Nms``), or that a peer closed the pair on its own timeout
     (``Connection closed by peer`` right after: gloo's signalException closes every pair of a
@@ -219,7 +220,7 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
     # The waits began one timeout before they ended: that is when the data stopped.
     began = [first[r]["time"] - timedelta(milliseconds=float(a[r]["timeout_ms"])) for r in timed
              if isinstance(a[r].get("timeout_ms"), (int, float))]
-    link = _ring_link(first, a, events) if events is not None else None
+    link = _ring_link(first, a, events) if events is not None and world == len(first) else None
     order = sorted(first, key=lambda r: (r not in (link or ()), r))  # the link's two ends first
     rows = [first[r] for r in order]
     evidence = tuple(_evidence(dict(r, _t=_ns(r["time"]))) for r in rows[:MAX_EVIDENCE])
@@ -269,7 +270,8 @@ def _ring_link(first: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], e
     from x in the same all_reduce, either x-1 had posted the recv x waited for (its notice never
     arrived) or x had already written the segment x-1 waited for (it never arrived): the pair
     x-1 <-> x carried nothing for the whole timeout between two live processes. Which end lost
-    its network the texts cannot say. Only when: every rank 0..n-1 (n >= 3) reported; each
+    its network the texts cannot say. Only when: every rank 0..n-1 (n >= 3) of a job of n ranks
+    reported (with some ranks' logs missing, rank 0's ring neighbour is not rank n-1); each
     rank's last Flight Recorder entry is the same all_reduce (group and sequence number; other
     collectives' rings run the other way or are not rings); no rank printed "Application timeout
     caused pair closure" (with two all_reduces in flight, DDP's buckets, each rank waits on them
