@@ -110,10 +110,12 @@ def measure(job: Path) -> dict:
 
         return wrapper
 
-    saved = {n: getattr(ing, n) for n in ("_bulk_hits", "_read_entry", "frame_from_rows", "_parse_whole", "_scan_lines")}
+    saved = {n: getattr(ing, n) for n in ("_bulk_hits", "_read_entry", "frame_from_rows", "_read_whole", "_parse_deferred", "_scan_lines")}
     ing._bulk_hits = timed("bulk_scan_s", saved["_bulk_hits"])
-    ing._read_entry = timed("sniff_and_parse_s", saved["_read_entry"])  # includes _parse_whole, _scan_lines
-    ing._parse_whole = timed("whole_file_sources_s", saved["_parse_whole"])
+    ing._read_entry = timed("sniff_and_parse_s", saved["_read_entry"])  # includes _read_whole, _scan_lines, unbatched parse_file
+    # whole files: reading them, and the batched parse_files of the batchable sources (after each batch)
+    ing._read_whole = timed("whole_file_sources_s", saved["_read_whole"])
+    ing._parse_deferred = timed("whole_file_sources_s", saved["_parse_deferred"])
     ing._scan_lines = timed("line_sources_s", saved["_scan_lines"])
     ing.frame_from_rows = timed("events_frame_s", saved["frame_from_rows"])
     try:

@@ -327,6 +327,7 @@ def ingest_batch(
     pos = 0  # end of the pass's bytes in buf
     pass_limit = min(PASS_BYTES, BLOCK_BYTES)
     sniff_cache: dict = {}
+    deferred: list[tuple[int, _Deferred]] = []  # whole files a batchable source reads together, at the end
 
     def flush() -> None:
         nonlocal pos
@@ -340,11 +341,19 @@ def ingest_batch(
         for slot, item, start, _ in pending:
             # pre None: a file the bulk pass does not take; its bytes go the plain way
             pre = next(hits) if start >= 0 else None
-            results[slot] = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=pre)
-            results[slot][0].seconds += share  # type: ignore[index]
-            results[slot][0].cpu_seconds += cpu_share  # type: ignore[index]
+            res = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=pre, defer=True)
+            rec = res.rec if isinstance(res, _Deferred) else res[0]
+            rec.seconds += share
+            rec.cpu_seconds += cpu_share
+            put(slot, res)
         pending.clear()
         pos = 0
+
+    def put(slot: int, res: "tuple[FileRecord, list[dict], list[str]] | _Deferred") -> None:
+        if isinstance(res, _Deferred):
+            deferred.append((slot, res))
+        else:
+            results[slot] = res
 
     def done(rec: FileRecord, warning: str | None = None) -> None:
         results.append((rec, [], [warning] if warning else []))
@@ -386,8 +395,10 @@ def ingest_batch(
                 item = Entry(item.path, item.name, item.size, PeekStream(data, item.stream), item.compression)  # type: ignore[arg-type]
                 if err:
                     item.stream.error = err  # type: ignore[attr-defined]
-            results.append(_ingest_entry(item, options, overrides, sniff_cache, budget))
+            results.append(None)
+            put(len(results) - 1, _ingest_entry(item, options, overrides, sniff_cache, budget, defer=True))
     flush()
+    _parse_deferred(deferred, results)
     files: list[FileRecord] = []
     warnings: list[str] = []
     rows: list[dict] = []
@@ -448,20 +459,64 @@ def _pass_buffer() -> bytearray:
 
 def _ingest_entry(
     entry: Entry, options: ParseOptions, overrides: dict[str, str] | None, sniff_cache: dict | None = None,
-    budget: Budget | None = None, pre: "tuple[pl.DataFrame, int, int] | None" = None,
-) -> tuple[FileRecord, list[dict], list[str]]:
+    budget: Budget | None = None, pre: "tuple[pl.DataFrame, int, int] | None" = None, defer: bool = False,
+) -> "tuple[FileRecord, list[dict], list[str]] | _Deferred":
     """One file: sniffed, parsed. ``pre``: its hits already found by :func:`_bulk_hits`
-    (hit lines, line count, bytes), used when it is read as a text file."""
+    (hit lines, line count, bytes), used when it is read as a text file. ``defer``: a
+    file of a ``batchable`` source is read but not parsed (see :func:`_parse_deferred`)."""
     started, cpu = time.perf_counter(), time.process_time()
-    rec, rows, warnings = _read_entry(entry, options, overrides, sniff_cache, budget, pre)
+    res = _read_entry(entry, options, overrides, sniff_cache, budget, pre, defer)
+    rec = res.rec if isinstance(res, _Deferred) else res[0]
     rec.seconds += time.perf_counter() - started
     rec.cpu_seconds += time.process_time() - cpu
-    return rec, rows, warnings
+    return res
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """A whole file read for a batchable source, parsed with the batch's others."""
+
+    src: FileSource
+    data: bytes
+    ctx: ParseContext
+    rec: FileRecord
+    warnings: list[str]
+    err: str | None
+    path: str
+
+
+def _parse_deferred(deferred: list[tuple[int, _Deferred]], results: list) -> None:  # type: ignore[type-arg]
+    """Each batchable source's files in one ``parse_files`` call; their results go to their
+    slots as each file's own parse would have put them (a failure is one file's: each is
+    parsed alone again, and a file that fails alone is skipped with the usual warning)."""
+    by_src: dict[str, list[tuple[int, _Deferred]]] = {}
+    for slot, d in deferred:
+        by_src.setdefault(d.src.name, []).append((slot, d))
+    for group in by_src.values():
+        src = group[0][1].src
+        t0, c0 = time.perf_counter(), time.process_time()
+        failed: set[int] = set()
+        try:
+            src.parse_files([(d.data, d.ctx) for _, d in group])
+        except Exception:  # noqa: BLE001 - a parser bug must cost one file, not the batch
+            for i, (_, d) in enumerate(group):
+                d.ctx.restart()
+                try:
+                    src.parse_file(d.data, d.ctx)
+                except Exception as exc:  # noqa: BLE001
+                    log.exception("parser failure on %s", d.path)
+                    d.warnings.append(f"{d.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
+                    failed.add(i)
+        share, cpu_share = (time.perf_counter() - t0) / len(group), (time.process_time() - c0) / len(group)
+        for i, (slot, d) in enumerate(group):
+            d.rec.seconds += share
+            d.rec.cpu_seconds += cpu_share
+            results[slot] = (d.rec, [], d.warnings) if i in failed else _finish(d.path, d.rec, d.warnings, [d.ctx], d.src, d.err)
 
 
 def _read_entry(  # type: ignore[no-untyped-def]
     entry: Entry, options: ParseOptions, overrides: dict[str, str] | None, sniff_cache: dict | None,
-    budget: Budget | None, pre: "tuple[pl.DataFrame, int, int] | None",
+    budget: Budget | None, pre: "tuple[pl.DataFrame, int, int] | None", defer: bool = False,
 ):
     head, head_err = read_head(entry.stream)
     stream = PeekStream(head, entry.stream)
@@ -517,23 +572,31 @@ def _read_entry(  # type: ignore[no-untyped-def]
         rec.kind, rec.confidence = winner.name, round(score, 3)
     try:
         if isinstance(winner, FileSource):
-            ctxs = _parse_whole(stream, winner, info, options, rec)
+            data, ctx = _read_whole(stream, winner, info, options, rec)
+            if defer and winner.batchable:
+                return _Deferred(winner, data, ctx, rec, warnings, stream.error or getattr(entry.stream, "error", None), entry.path)
+            winner.parse_file(data, ctx)
+            ctxs = [ctx]
         else:
             ctxs = _scan_lines(stream, info, options, rec, budget, pre)
     except Exception as exc:  # noqa: BLE001 - a parser bug must cost one file, not the run
         log.exception("parser failure on %s", entry.path)
         warnings.append(f"{entry.path}: internal parser error ({type(exc).__name__}: {exc}); file skipped")
         return rec, [], warnings
-    err = stream.error or getattr(entry.stream, "error", None)
+    return _finish(entry.path, rec, warnings, ctxs, winner, stream.error or getattr(entry.stream, "error", None))
+
+
+def _finish(path: str, rec: FileRecord, warnings: list[str], ctxs: list[ParseContext], winner: object, err: str | None):  # type: ignore[no-untyped-def]
+    """A parsed file's record, rows and warnings, from its parse contexts."""
     if err:
-        warnings.append(f"{entry.path}: {err}; read what was there")
+        warnings.append(f"{path}: {err}; read what was there")
     for ctx in ctxs:
         for w in ctx.warnings:
             warnings.append(str(w))
         if ctx.repeated:
             rec.note = rec.note or f"{ctx.repeated} repeated identical events folded (attrs.repeat)"
         if ctx.suppressed_warnings:
-            warnings.append(f"{entry.path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
+            warnings.append(f"{path}: {ctx.suppressed_warnings} more {ctx.source} parse warnings not shown")
         rec.warnings += len(ctx.warnings) + ctx.suppressed_warnings
     repeated = sum(ctx.repeated for ctx in ctxs)
     rows = [r for ctx in ctxs for r in ctx.take_rows()]
@@ -595,7 +658,8 @@ def _partial_utf8_tail(b: bytes) -> int:
     return 0
 
 
-def _parse_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: ParseOptions, rec: FileRecord):  # type: ignore[no-untyped-def]
+def _read_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: ParseOptions, rec: FileRecord) -> tuple[bytes, ParseContext]:
+    """A whole file for ``src`` (cut at its ``max_bytes``, said once) and its context."""
     data, _ = read_head(stream, src.max_bytes + 1)  # short reads joined: one read() returns one piece
     ctx = ParseContext(info, src.name, options)
     if len(data) > src.max_bytes:
@@ -603,8 +667,7 @@ def _parse_whole(stream: PeekStream, src: FileSource, info: FileInfo, options: P
         ctx.warn(f"larger than {src.max_bytes // (1024 * 1024)} MiB; only the beginning was read")
     rec.bytes = len(data)
     rec.lines = data.count(b"\n")
-    src.parse_file(data, ctx)
-    return [ctx]
+    return data, ctx
 
 
 # One Rust regex for all line sources; per-source Python regexes split the hits.

@@ -198,3 +198,71 @@ def test_spool_read_in_one_pass_is_each_shard_read_alone(tmp_path: Path) -> None
     want = pl.concat([e for e, _, _ in alone if e.height])
     assert sp.events.to_dicts() == want.to_dicts()
     assert sp.events.height == res.events.height + 3
+
+
+_GPU_HDR = "timestamp, index, pci.bus_id, temperature.gpu, power.draw [W], clocks.sm [MHz], clocks_event_reasons.active"
+
+
+def _gpu_csv_job(root: Path) -> Path:
+    """Per-node gpu CSVs that exercise every per-file step of the gpu_csv source: two
+    headers, throttle runs, ECC changes, a reset, a lost GPU, bad rows, a noheader file,
+    bytes that are not UTF-8, the same GPU and driver in several files."""
+    golden = sorted(p for p in (GOLDEN / "gpu_csv").glob("*.csv"))
+    ecc = ("timestamp, index, pci.bus_id, temperature.gpu, ecc.errors.uncorrected.volatile.total, driver_version\n"
+           "2026/09/14 08:00:00.000, 3, 00000000:5D:00.0, 40, 0, 550.54.15\n"
+           "2026/09/14 08:00:05.000, 3, 00000000:5D:00.0, 41, 2, 550.54.15\n"
+           "2026/09/14 08:00:10.000, 3, 00000000:5D:00.0, 41, 2, 550.54.15\n"
+           "2026/09/14 08:00:15.000, 3, 00000000:5D:00.0, [GPU requires reset], [GPU requires reset], 550.54.15\n")
+    lost = ("timestamp, index, pci.bus_id, temperature.gpu, power.draw [W]\n"
+            "2026/09/14 08:00:00.000, 1, 00000000:2A:00.0, 40, 300.00 W\n"
+            "2026/09/14 08:00:05.000, 1, 00000000:2A:00.0, [Unknown Error], [Unknown Error]\n"
+            "not, a, row\n" * 7 + "2026/99/99 99:99:99.000, 1, 00000000:2A:00.0, 41, 301.00 W\n")
+    for i in range(6):
+        d = root / "nodes" / f"node{i:03d}"
+        d.mkdir(parents=True)
+        rows = [_GPU_HDR] + [
+            f"2026/09/14 08:{m:02d}:{s:02d}.{g:03d}, {g}, 00000000:{18 + g:02X}:00.0, {60 + 5 * i + m}, 650.00 W, 1980 MHz, "
+            + ("0x0000000000000048" if (i + m + g) % 4 == 0 else "0x0000000000000000")
+            for m in range(3) for s in (0, 30) for g in range(2)
+        ]
+        (d / "gpu-telemetry.csv").write_text("\n".join(rows) + "\n")
+        (d / "gpu-ecc.csv").write_text(ecc if i % 2 else lost)
+        (d / "golden.csv").write_bytes(golden[i % len(golden)].read_bytes() + (b"\xff\xfe\n" if i == 4 else b""))
+    return root
+
+
+def test_batched_whole_file_parse_is_each_file_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_csv reads the CSVs of a batch in one pipeline (parse_files): the same events,
+    records and warnings as each file parsed on its own; and when the joint parse fails,
+    each file is read alone again and only the file that fails alone is lost."""
+    from crashscope.sources import gpu_csv
+
+    job = _gpu_csv_job(tmp_path / "job")
+    assert gpu_csv.GpuCsvSource.batchable
+    batched = _run(job)
+    with monkeypatch.context() as m:
+        m.setattr(gpu_csv.GpuCsvSource, "batchable", False)
+        alone = _run(job)
+    assert batched == alone
+    kinds = {e["kind"] for e in batched[0] if e["source"] == "gpu_csv"}
+    assert {"gpu_telemetry", "gpu_throttle", "gpu_ecc", "log_error", "gpu_inventory", "version"} <= kinds
+    assert sum(1 for r in batched[1] if r[1] == "gpu_csv") == 18
+    assert any("wrong number of fields" in w for w in batched[2]) and any("noheader" in w for w in batched[2])
+
+    real = gpu_csv._parse
+
+    def fails_on_lost(files, names):  # type: ignore[no-untyped-def]
+        if any("[Unknown Error]" in ln for f in files for ln in f[0]):
+            raise RuntimeError("boom")
+        return real(files, names)
+
+    monkeypatch.setattr(gpu_csv, "_parse", fails_on_lost)
+    broken = _run(job)
+    with monkeypatch.context() as m:
+        m.setattr(gpu_csv.GpuCsvSource, "batchable", False)
+        broken_alone = _run(job)
+    assert broken == broken_alone
+    lost_files = {e["file"] for e in alone[0] if "Unknown Error" in e["message"]}
+    assert lost_files and not lost_files & {e["file"] for e in broken[0]}
+    assert {e["file"] for e in broken[0]} == {e["file"] for e in alone[0]} - lost_files
+    assert sum("gpu CSV parse failed (RuntimeError: boom)" in w for w in broken[2]) == len(lost_files)

@@ -180,6 +180,13 @@ class ParseContext:
         self._line_rows: dict[int, dict[str, Any]] = {}
         self._yearless_times: set[int] = set()  # stamps yearless_ns dated in an assumed year
 
+    def restart(self) -> None:
+        """Forget every event and warning: the file is parsed again from the start (a
+        source that read several files together and failed reads each one alone)."""
+        watch = self.watch_lines
+        self.__init__(self.file, self.source, self.options)  # type: ignore[misc]
+        self.watch_lines = watch
+
     # -- output -------------------------------------------------------------------------
     def emit(
         self,
@@ -632,10 +639,19 @@ def feed_guarded(
 
 class FileSource(Source):
     max_bytes: ClassVar[int] = 64 * 1024 * 1024  # larger files are cut with a warning
+    # True: the ingest hands it the files of a batch together (``parse_files``), for a
+    # source whose fixed cost per file is most of its time (one polars pipeline each)
+    batchable: ClassVar[bool] = False
 
     def parse_file(self, data: bytes, ctx: ParseContext) -> None:
         """Parse one whole (decompressed) file."""
         raise NotImplementedError
+
+    def parse_files(self, items: list[tuple[bytes, ParseContext]]) -> None:
+        """Parse several whole files, each into its own context: the same events and
+        warnings as ``parse_file`` on each (which is what this default does)."""
+        for data, ctx in items:
+            self.parse_file(data, ctx)
 
 
 MAX_JSON_DEPTH = 64  # real collector/sacct/torchelastic JSON nests fewer than 10 levels

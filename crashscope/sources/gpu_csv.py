@@ -157,103 +157,153 @@ class GpuCsvSource(FileSource):
             return 0.4  # noheader series: claimed so the report says why it was skipped
         return 0.0
 
+    batchable = True  # the ingest hands it every gpu CSV of a batch at once (parse_files)
+
     def parse_file(self, data: bytes, ctx: ParseContext) -> None:
-        text, bad = decode(data)
-        if bad:
-            ctx.warn("invalid UTF-8 bytes replaced")
-        lines = text.replace("\r\n", "\n").split("\n")
-        hdr_i = next((i for i, ln in enumerate(lines) if ln.strip()), None)
-        if hdr_i is None:
-            return
-        header = lines[hdr_i].strip()
-        names = [_canon(h) for h in header.split(",")]
-        if sum(_is_field(n) for n in names) < max(1, len(names) // 2) or any(not n for n in names):
-            ctx.warn("CSV without a known nvidia-smi --query-gpu header (noheader?): skipped", hdr_i + 1, header)
-            return
-        try:
-            _parse(lines, hdr_i, header, names, ctx)
-        except Exception as e:  # a polars surprise must not stop the ingest
-            ctx.warn(f"gpu CSV parse failed ({type(e).__name__}: {e})", None)
+        self.parse_files([(data, ctx)])
+
+    def parse_files(self, items: list[tuple[bytes, ParseContext]]) -> None:
+        """Several files in one polars pipeline per header: a file's own pipeline was
+        ~10 ms of fixed cost (two dozen small frames) for a few hundred rows. Each file's
+        events and warnings are the ones it gives alone (tests/sources/test_gpu_csv.py);
+        should the joint pipeline fail, each file is read again alone."""
+        if len(items) > 1:
+            try:
+                self._parse_many(items, strict=True)
+                return
+            except Exception:  # noqa: BLE001 - one odd file must cost only itself
+                for _, ctx in items:
+                    ctx.restart()
+        for item in items:
+            self._parse_many([item], strict=False)
+
+    def _parse_many(self, items: list[tuple[bytes, ParseContext]], strict: bool) -> None:
+        groups: dict[tuple[tuple[str, ...], str], list[_File]] = {}
+        for data, ctx in items:
+            text, bad = decode(data)
+            if bad:
+                ctx.warn("invalid UTF-8 bytes replaced")
+            lines = text.replace("\r\n", "\n").split("\n")
+            hdr_i = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+            if hdr_i is None:
+                continue
+            header = lines[hdr_i].strip()
+            names = [_canon(h) for h in header.split(",")]
+            if sum(_is_field(n) for n in names) < max(1, len(names) // 2) or any(not n for n in names):
+                ctx.warn("CSV without a known nvidia-smi --query-gpu header (noheader?): skipped", hdr_i + 1, header)
+                continue
+            tz = getattr(ctx.options.tz, "key", None) or "UTC"
+            groups.setdefault((tuple(names), tz), []).append((lines, hdr_i, header, ctx))
+        for (names_t, _tz), files in groups.items():
+            if strict:
+                _parse(files, list(names_t))
+                continue
+            try:
+                _parse(files, list(names_t))
+            except Exception as e:  # a polars surprise must not stop the ingest
+                files[0][3].warn(f"gpu CSV parse failed ({type(e).__name__}: {e})", None)
 
 
 TELEMETRY_EVERY_S = 60  # routine samples kept per GPU
 HOT_C = 83  # samples at or above this temperature are always kept
 
 
-def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: ParseContext) -> None:
+
+_File = tuple[list[str], int, str, ParseContext]  # lines, header index, header, its context
+
+
+def _parse(files: list[_File], names: list[str]) -> None:
+    """Files of one header (and time zone), as one frame: column ``f`` is the file's
+    index in ``files``; every window, unique and join is per file, so each file's events
+    are the ones it gives alone."""
+    ctxs = [f[3] for f in files]
+    ctx0 = ctxs[0]
     ncol = len(names)
-    raw = pl.DataFrame({"l": lines[hdr_i + 1:]}).with_row_index("n", offset=hdr_i + 2)
-    raw = raw.with_columns(pl.col("l").str.strip_chars_end())
-    raw = raw.filter((pl.col("l").str.len_chars() > 0) & (pl.col("l") != header))
-    raw = raw.with_columns(pl.col("l").str.split(",").alias("parts"))
+    col_l: list[str] = []
+    col_n: list[int] = []
+    col_f: list[int] = []
+    col_h: list[str] = []
+    for k, (lines, hdr_i, header, _ctx) in enumerate(files):
+        body = lines[hdr_i + 1:]
+        col_l.extend(body)
+        col_n.extend(range(hdr_i + 2, hdr_i + 2 + len(body)))
+        col_f.extend([k] * len(body))
+        col_h.extend([header] * len(body))
+    raw = pl.DataFrame({"f": pl.Series(col_f, dtype=pl.UInt32), "n": pl.Series(col_n, dtype=pl.UInt32),
+                        "l": pl.Series(col_l, dtype=pl.String), "_h": pl.Series(col_h, dtype=pl.String)})
+    raw = (raw.lazy().with_columns(pl.col("l").str.strip_chars_end())
+           .filter((pl.col("l").str.len_chars() > 0) & (pl.col("l") != pl.col("_h")))
+           .select("f", "n", "l", pl.col("l").str.split(",").alias("parts")).collect())
     bad = raw.filter(pl.col("parts").list.len() != ncol)
-    for n, line in bad.select("n", "l").head(5).iter_rows():
-        ctx.warn(f"CSV row has the wrong number of fields (want {ncol})", n, line)
-    if bad.height > 5:
-        ctx.warn(f"{bad.height - 5} more CSV rows with the wrong number of fields", None)
+    if bad.height:
+        for (k,), part in bad.partition_by("f", as_dict=True, maintain_order=True).items():
+            for n, line in part.select("n", "l").head(5).iter_rows():
+                ctxs[k].warn(f"CSV row has the wrong number of fields (want {ncol})", n, line)
+            if part.height > 5:
+                ctxs[k].warn(f"{part.height - 5} more CSV rows with the wrong number of fields", None)
     df = raw.filter(pl.col("parts").list.len() == ncol)
     if df.height == 0:
         return
 
     seen: set[str] = set()
-    cols: list[pl.Expr] = [pl.col("n")]
+    cols: list[pl.Expr] = [pl.col("f"), pl.col("n")]
     for i, name in enumerate(names):
         if name in seen:
             continue
         seen.add(name)
         cols.append(pl.col("parts").list.get(i).str.strip_chars().alias(name))
     df = df.select(cols)
-    present = [c for c in df.columns if c != "n"]
+    present = [c for c in df.columns if c not in ("f", "n")]
 
     # "[GPU requires reset]" in any field: report once per GPU before blanking sentinels.
     # (Each test only where some line holds the text at all: a field equal to it is part
     # of its line, and the filters over every column were a fifth of a file's time.)
     reset_rows = (df.filter(pl.any_horizontal([pl.col(c) == "[GPU requires reset]" for c in present]))
-                  if any("[GPU requires reset]" in ln for ln in lines) else df.clear())
+                  if any("[GPU requires reset]" in ln for ln in col_l) else df.clear())
     # every measured field "[Unknown Error]": NVML lost the GPU (fallen off the bus, Xid 79 ...)
     measured = [c for c in present if c not in _IDENT]
     lost_rows = (df.filter(pl.all_horizontal([pl.col(c) == "[Unknown Error]" for c in measured]))
-                 if measured and any("[Unknown Error]" in ln for ln in lines) else df.clear())
-    df = df.with_columns([pl.when(pl.col(c).is_in(_SENTINELS)).then(None).otherwise(pl.col(c)).alias(c) for c in present])
+                 if measured and any("[Unknown Error]" in ln for ln in col_l) else df.clear())
 
     # -- vectorised typing -----------------------------------------------------------------
-    exprs: list[pl.Expr] = [pl.col("n")]
-    tz = getattr(ctx.options.tz, "key", None) or "UTC"
+    blank = {c: pl.when(pl.col(c).is_in(_SENTINELS)).then(None).otherwise(pl.col(c)) for c in present}
+    exprs: list[pl.Expr] = [pl.col("f"), pl.col("n")]
+    tz = getattr(ctx0.options.tz, "key", None) or "UTC"
     if "timestamp" in present:
         exprs.append(
-            pl.col("timestamp").str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f", strict=False)
+            blank["timestamp"].str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f", strict=False)
             .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
             .dt.epoch("ns").alias("_t")
         )
     else:
         exprs.append(pl.lit(None, pl.Int64).alias("_t"))
-    exprs.append(pl.col("index").str.extract(r"^(\d+)$", 1).cast(pl.Int64, strict=False).alias("_idx")
+    exprs.append(blank["index"].str.extract(r"^(\d+)$", 1).cast(pl.Int64, strict=False).alias("_idx")
                  if "index" in present else pl.lit(None, pl.Int64).alias("_idx"))
     for name in ("pci.bus_id", "uuid", "name", "serial", "driver_version"):
-        exprs.append(pl.col(name).alias(f"_{name}") if name in present else pl.lit(None, pl.String).alias(f"_{name}"))
+        exprs.append(blank[name].alias(f"_{name}") if name in present else pl.lit(None, pl.String).alias(f"_{name}"))
     tel_keys: list[str] = []
     for name in present:
         key = _NUMERIC.get(name)
         if key and key not in tel_keys:
             dtype = pl.Int64 if key in _INT_KEYS else pl.Float64
-            exprs.append(pl.col(name).str.extract(_NUM_RE, 1).cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(key))
+            exprs.append(blank[name].str.extract(_NUM_RE, 1).cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(key))
             tel_keys.append(key)
         elif name in _BOOL:
-            low = pl.col(name).str.to_lowercase()
+            low = blank[name].str.to_lowercase()
             exprs.append(pl.when(low.is_in(["yes", "active", "true"])).then(True)
                          .when(low.is_in(["no", "not active", "false"])).then(False).otherwise(None).alias(_BOOL[name]))
             tel_keys.append(_BOOL[name])
         elif name in _STRING:
-            exprs.append(pl.col(name).alias(_STRING[name]))
+            exprs.append(blank[name].alias(_STRING[name]))
             tel_keys.append(_STRING[name])
     # reasons: the .active bitmask, else the per-reason Active/Not Active columns
     active_col = next((p + "active" for p in _REASON_PREFIXES if p + "active" in present), None)
     named = {n.split(".", 1)[1]: n for n in present if n.startswith(_REASON_PREFIXES) and n.split(".", 1)[1] in REASON_BITS}
     if active_col:
-        exprs.append(pl.col(active_col).str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False).alias("reasons_mask"))
+        exprs.append(blank[active_col].str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False).alias("reasons_mask"))
     elif named:
         exprs.append(pl.sum_horizontal([
-            pl.when(pl.col(col).str.to_lowercase() == "active").then(REASON_BITS[r]).otherwise(0) for r, col in named.items()
+            pl.when(blank[col].str.to_lowercase() == "active").then(REASON_BITS[r]).otherwise(0) for r, col in named.items()
         ]).cast(pl.Int64).alias("reasons_mask"))
     has_mask = bool(active_col or named)
     if has_mask:
@@ -264,35 +314,37 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
     pci_map = {v: normalize_pci(v) for v in df["_pci.bus_id"].unique().to_list() if v is not None}
     df = df.with_columns(pl.col("_pci.bus_id").replace_strict(pci_map, default=None, return_dtype=pl.String).alias("_pci"))
     df = df.with_columns(pl.coalesce(pl.col("_pci"), pl.col("_idx").cast(pl.String), pl.col("_uuid"), pl.lit("?")).alias("_gpu"))
-    quality = ctx.local_quality()
+    quality = ctx0.local_quality()
 
     def tq(t: int | None):
         return quality if t is not None else None
 
     # -- identity: versions, inventory -------------------------------------------------------
-    for t, n, v in df.filter(pl.col("_driver_version").is_not_null()).unique("_driver_version", keep="first",
-                                                                                  maintain_order=True).select("_t", "n", "_driver_version").iter_rows():
-        ctx.emit(Kind.VERSION, n, f"driver_version {v}", time=t, time_quality=tq(t), attrs={"component": "driver", "version": v})
+    for k, t, n, v in df.filter(pl.col("_driver_version").is_not_null()).unique(["f", "_driver_version"], keep="first",
+                                                                                  maintain_order=True).select("f", "_t", "n", "_driver_version").iter_rows():
+        ctxs[k].emit(Kind.VERSION, n, f"driver_version {v}", time=t, time_quality=tq(t), attrs={"component": "driver", "version": v})
     inv_cols = ["_pci", "_idx", "_uuid", "_name", "_serial"]
-    if any(df[c].null_count() < df.height for c in ("_pci", "_uuid", "_name", "_serial")):
-        for row in df.unique(inv_cols, keep="first", maintain_order=True).select(["_t", "n", *inv_cols]).iter_rows(named=True):
-            attrs = {k: row[f"_{k}" if k != "pci" else "_pci"] for k in ("pci", "uuid", "name", "serial")}
-            attrs["index"] = row["_idx"]
-            attrs = {k: v for k, v in attrs.items() if v is not None}
-            ctx.emit(Kind.GPU_INVENTORY, row["n"], f"GPU {row['_idx'] if row['_idx'] is not None else row['_uuid'] or '?'} {row['_pci'] or ''} {row['_name'] or ''}".strip(),
-                     time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
+    # (a file whose rows name no GPU by pci, uuid, name or serial has no inventory)
+    inv_files = df.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in ("_pci", "_uuid", "_name", "_serial")]).any().over("f"))
+    for row in inv_files.unique(["f", *inv_cols], keep="first", maintain_order=True).select(["f", "_t", "n", *inv_cols]).iter_rows(named=True):
+        attrs = {k: row[f"_{k}" if k != "pci" else "_pci"] for k in ("pci", "uuid", "name", "serial")}
+        attrs["index"] = row["_idx"]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        ctxs[row["f"]].emit(Kind.GPU_INVENTORY, row["n"], f"GPU {row['_idx'] if row['_idx'] is not None else row['_uuid'] or '?'} {row['_pci'] or ''} {row['_name'] or ''}".strip(),
+                            time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
 
-    for row in (reset_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True)
+    ident = df.select("f", "n", "_t", "_pci", "_idx", "_gpu")
+    for row in (reset_rows.select("f", "n").join(ident, on=["f", "n"]).unique(["f", "_gpu"], keep="first", maintain_order=True)
                 .iter_rows(named=True) if reset_rows.height else ()):
-        ctx.emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: [GPU requires reset]", severity=Severity.CRITICAL,
-                 time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
-                 attrs={"error": "gpu_requires_reset"})
+        ctxs[row["f"]].emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: [GPU requires reset]", severity=Severity.CRITICAL,
+                            time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
+                            attrs={"error": "gpu_requires_reset"})
 
-    for row in (lost_rows.join(df.select("n", "_t", "_pci", "_idx", "_gpu"), on="n").unique("_gpu", keep="first", maintain_order=True)
+    for row in (lost_rows.select("f", "n").join(ident, on=["f", "n"]).unique(["f", "_gpu"], keep="first", maintain_order=True)
                 .iter_rows(named=True) if lost_rows.height else ()):
-        ctx.emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: nvidia-smi reads [Unknown Error] for every field",
-                 severity=Severity.ERROR, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
-                 attrs={"error": "gpu_unreadable", "fields": len(measured)})
+        ctxs[row["f"]].emit(Kind.LOG_ERROR, row["n"], f"GPU {row['_gpu']}: nvidia-smi reads [Unknown Error] for every field",
+                            severity=Severity.ERROR, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"],
+                            attrs={"error": "gpu_unreadable", "fields": len(measured)})
 
     # -- telemetry: one event per GPU per minute, plus every sample that is unusual ----------------
     # (a 1 s series over a day is 86,400 rows per GPU; the timeline needs the shape, and
@@ -304,9 +356,9 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
         unusual = unusual | ((pl.col("reasons_mask").fill_null(0) & SERIOUS_MASK) != 0)
     if "temperature" in df.columns:
         unusual = unusual | (pl.col("temperature").fill_null(0) >= HOT_C)
-    bucket = (pl.col("_t") // (TELEMETRY_EVERY_S * 1_000_000_000)).fill_null(pl.col("n"))
-    sampled = df.filter(unusual | (pl.int_range(pl.len()).over(["_gpu", bucket]) == 0))
-    for row in sampled.select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
+    bucket = (pl.col("_t") // (TELEMETRY_EVERY_S * 1_000_000_000)).fill_null(pl.col("n").cast(pl.Int64))
+    sampled = df.filter(unusual | (pl.int_range(pl.len()).over(["f", "_gpu", bucket]) == 0))
+    for row in sampled.select(["f", "n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
         attrs = {k: row[k] for k in tel_keys if row[k] is not None}
         if not attrs:
             continue  # nothing readable in this sample
@@ -317,22 +369,22 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
             if m not in names_cache:
                 names_cache[m] = reason_names(m)
             attrs["reasons"] = names_cache[m]
-        ctx.emit(tel_kind, row["n"], f"GPU {row['_gpu']} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid")),
-                 severity="info", time=row["_t"], time_quality=q_val if row["_t"] is not None else None,
-                 gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
+        ctxs[row["f"]].emit(tel_kind, row["n"], f"GPU {row['_gpu']} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid")),
+                            severity="info", time=row["_t"], time_quality=q_val if row["_t"] is not None else None,
+                            gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
 
     # -- throttle runs -----------------------------------------------------------------------------
     # (only where some sample is throttled: the window below was a seventh of a file's time,
     # and most series never slow down)
     d = df.with_columns(((pl.col("reasons_mask").fill_null(0) & SERIOUS_MASK) != 0).alias("_ser")) if has_mask else df
     if has_mask and d["_ser"].any():
-        d = d.with_columns((pl.col("_ser") != pl.col("_ser").shift(1)).fill_null(True).cum_sum().over("_gpu").alias("_run"))
+        d = d.with_columns((pl.col("_ser") != pl.col("_ser").shift(1)).fill_null(True).cum_sum().over(["f", "_gpu"]).alias("_run"))
         keep = [c for c in ("temperature", "sm_clock_mhz", "max_sm_clock_mhz", "power_w") if c in d.columns]
-        runs = (d.filter(pl.col("_ser")).group_by("_gpu", "_run", maintain_order=True)
+        runs = (d.filter(pl.col("_ser")).group_by("f", "_gpu", "_run", maintain_order=True)
                 .agg(pl.col("n").first(), pl.col("_t").first(), pl.col("_pci").first(), pl.col("_idx").first(),
                      pl.col("reasons_mask").first(), pl.len().alias("run_samples"), pl.col("_t").last().alias("_end"),
                      *[pl.col(c).first() for c in keep])
-                .sort("n"))
+                .sort("f", "n"))
         for row in runs.iter_rows(named=True):
             reasons = reason_names(row["reasons_mask"])
             attrs: dict[str, Any] = {"reasons": reasons, "mask": row["reasons_mask"]}
@@ -342,17 +394,17 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
             attrs["run_samples"] = row["run_samples"]
             if row["_end"] is not None:
                 attrs["run_end"] = _iso(row["_end"])
-            ctx.emit(Kind.GPU_THROTTLE, row["n"], f"GPU {row['_gpu']} clocks slowed: {', '.join(reasons)} ({row['run_samples']} samples)",
-                     severity=Severity.WARNING, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"],
-                     gpu_index=row["_idx"], attrs=attrs)
+            ctxs[row["f"]].emit(Kind.GPU_THROTTLE, row["n"], f"GPU {row['_gpu']} clocks slowed: {', '.join(reasons)} ({row['run_samples']} samples)",
+                                severity=Severity.WARNING, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"],
+                                gpu_index=row["_idx"], attrs=attrs)
 
     # -- ECC state changes -----------------------------------------------------------------------------
     ecc_cols = [k for k in _ECC_KEYS if k in df.columns]
     nonzero = pl.any_horizontal([pl.col(c).cast(pl.Int64, strict=False).fill_null(0) != 0 for c in ecc_cols]) if ecc_cols else pl.lit(False)
     if ecc_cols and df.select(nonzero.any()).item():  # (most series have none: the windowed change test only then)
         d = df.with_columns(pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in ecc_cols], separator="|").alias("_sig"))
-        d = d.with_columns((pl.col("_sig") != pl.col("_sig").shift(1).over("_gpu")).fill_null(True).alias("_chg"))
-        for row in d.filter(pl.col("_chg") & nonzero).select(["n", "_t", "_pci", "_idx", "_gpu", "_uuid", *ecc_cols]).iter_rows(named=True):
+        d = d.with_columns((pl.col("_sig") != pl.col("_sig").shift(1).over(["f", "_gpu"])).fill_null(True).alias("_chg"))
+        for row in d.filter(pl.col("_chg") & nonzero).select(["f", "n", "_t", "_pci", "_idx", "_gpu", "_uuid", *ecc_cols]).iter_rows(named=True):
             a = {_ECC_KEYS[c]: row[c] for c in ecc_cols if row[c] is not None}
             if row["_uuid"] is not None:
                 a["uuid"] = row["_uuid"]
@@ -360,13 +412,13 @@ def _parse(lines: list[str], hdr_i: int, header: str, names: list[str], ctx: Par
                    else Severity.ERROR if a.get("aggregate_uncorrected") or a.get("remapped_uncorrectable") or a.get("remap_pending")
                    or a.get("retired_pending") or a.get("retired_dbe")
                    else Severity.WARNING if a.get("volatile_corrected") else Severity.INFO)
-            ctx.emit(Kind.GPU_ECC, row["n"], f"GPU {row['_gpu']} ECC: " + " ".join(f"{k}={v}" for k, v in a.items() if v and k != "uuid"),
-                     severity=sev, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=a)
+            ctxs[row["f"]].emit(Kind.GPU_ECC, row["n"], f"GPU {row['_gpu']} ECC: " + " ".join(f"{k}={v}" for k, v in a.items() if v and k != "uuid"),
+                                severity=sev, time=row["_t"], time_quality=tq(row["_t"]), gpu=row["_pci"], gpu_index=row["_idx"], attrs=a)
 
     if "timestamp" in present:
-        unparsed = df["_t"].null_count()
-        if unparsed:
-            ctx.warn(f"{unparsed} CSV rows with an unparsed timestamp", None)
+        for k, unparsed in df.group_by("f").agg(pl.col("_t").null_count()).iter_rows():
+            if unparsed:
+                ctxs[k].warn(f"{unparsed} CSV rows with an unparsed timestamp", None)
 
 
 def _iso(ns: int) -> str:
