@@ -181,7 +181,7 @@ def test_plain_coercion_gives_what_typer_gives() -> None:
 
     group = typer.main.get_command(app)
     install(group)
-    samples = {"str": ["x", "", " a b ", "-"], "path": ["a/b", "/tmp", ".", "-", "rel/../x"], "enum": None}
+    samples = {"str": ["x", "", " a b ", "-"], "path": ["a/b", "/tmp", ".", "-", "rel/../x", "", "~/x", "a\x00b"], "enum": None}
     checked = 0
     todo = [group]
     while todo:

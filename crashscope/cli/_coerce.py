@@ -85,17 +85,17 @@ if RuntimeParam is not None:
                 if isinstance(value, bytes):  # never from argv on Python 3; typer's own way
                     return self._typer()._coerce_value([value] if self.many else value, param=param, ctx=ctx)
                 return str(value)
-            if self.leaf == "enum":
-                try:
+            try:
+                if self.leaf == "enum":
                     return coerce_cli_choice(value, choices=list(annotation), case_sensitive=self.parameter_info.case_sensitive, ctx=ctx)
-                except ValueError as e:
-                    from typer._click.utils import _escape_control_characters
+                path_type: Any = self.parameter_info.path_type or annotation
+                if isinstance(value, (str, os.PathLike)) and not isinstance(value, path_type):
+                    value = path_type(value)
+                return coerce_cli_path(value, self.parameter_info, path_type=path_type, param=param, ctx=ctx)
+            except ValueError as e:  # what pydantic makes of a validator's ValueError
+                from typer._click.utils import _escape_control_characters
 
-                    raise BadParameter(_escape_control_characters(f"Value error, {e}"), ctx=ctx, param=param) from e
-            path_type: Any = self.parameter_info.path_type or annotation
-            if isinstance(value, (str, os.PathLike)) and not isinstance(value, path_type):
-                value = path_type(value)
-            return coerce_cli_path(value, self.parameter_info, path_type=path_type, param=param, ctx=ctx)
+                raise BadParameter(_escape_control_characters(f"Value error, {e}"), ctx=ctx, param=param) from e
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if self.leaf == "typer":
