@@ -127,3 +127,52 @@ def test_consistent_defaults_raise_nothing(tmp_path: Path) -> None:
     assert fabric["status"] == "ok" and fabric["nccl_env"]["differs"] == []
     assert "RoCE" in fabric["reason"]
     assert not [a for a in report.actions if "NCCL_IB" in a]
+
+
+# -- package listings that name no host (version-drift-across-files) -----------------------------
+# `pip freeze | grep nccl` on two machines, as NVIDIA/nccl#1267 pasted them (the problem node had
+# nvidia-nccl-cu12 2.20.5, the others 2.19.3; both had nvidia-nccl-cu11 2.14.3).
+
+
+def _listing_job(tmp_path: Path, listings: dict[str, str]) -> Path:
+    job = tmp_path / "job"
+    job.mkdir()
+    for name, text in listings.items():
+        (job / name).write_text(text)
+    return job
+
+
+def test_a_package_at_two_versions_in_two_host_less_listings_is_drift_named_by_file(tmp_path: Path) -> None:
+    from crashscope.pipeline import analyze
+
+    job = _listing_job(tmp_path, {
+        "pip-a.txt": "nvidia-nccl-cu11==2.14.3\nnvidia-nccl-cu12==2.20.5\n",
+        "pip-b.txt": "nvidia-nccl-cu11==2.14.3\nnvidia-nccl-cu12==2.19.3\n",
+    })
+    report, _, _ = analyze(job)
+    assert report.cause == "driver_drift" and report.confidence < 0.8
+    ev = [e for e in report.evidence if e.rule == nccl_env.FILE_DRIFT_RULE]
+    assert {(e.file, e.line) for e in ev} == {("pip-a.txt", 2), ("pip-b.txt", 2)}
+    assert "nvidia-nccl-cu12" in report.summary and "2.14.3" not in report.summary
+
+
+@pytest.mark.parametrize("listings", [
+    # the same versions everywhere
+    {"pip-a.txt": "nvidia-nccl-cu12==2.19.3\n", "pip-b.txt": "nvidia-nccl-cu12==2.19.3\n"},
+    # one file: two packages of one component are one environment, not drift
+    {"pip-a.txt": "nvidia-nccl-cu11==2.14.3\nnvidia-nccl-cu12==2.20.5\n"},
+])
+def test_agreeing_or_single_listings_are_no_drift(tmp_path: Path, listings: dict[str, str]) -> None:
+    from crashscope.pipeline import analyze
+
+    report, _, _ = analyze(_listing_job(tmp_path, listings))
+    assert not [e for e in report.evidence if e.rule == nccl_env.FILE_DRIFT_RULE]
+    assert report.cause != "driver_drift"
+
+
+def test_a_listing_with_two_versions_of_one_package_is_not_one_environment() -> None:
+    ev = pl.concat([
+        parse_text("versions", "nvidia-nccl-cu12==2.20.5\nnvidia-nccl-cu12==2.19.3\n", "merged.txt")[0],
+        parse_text("versions", "nvidia-nccl-cu12==2.19.3\n", "pip-b.txt")[0],
+    ], how="diagonal_relaxed")
+    assert nccl_env.file_version_drift(ev) == []

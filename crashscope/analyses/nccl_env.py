@@ -25,8 +25,15 @@ defaults in NVIDIA/nccl ``src/transport/net_ib*.cc``):
   Direct RDMA Enabled|Disabled`` lines: GDR off on some ranks of an IB job while on for
   the others means the peer-memory module or the PCI topology differs on those nodes.
 
-Every finding here is ``context`` (it explains and advises, it never picks the cause);
-:func:`env_actions` turns the settings into actions for the verdict's cause.
+Every settings finding here is ``context`` (it explains and advises, it never picks the
+cause); :func:`env_actions` turns the settings into actions for the verdict's cause.
+
+One finding is a cause: :func:`file_version_drift`, the same package at different versions
+in environment dumps (``pip freeze`` / ``pip list`` / conda listings, ``sources/versions.py``)
+that name no host. Each such file describes one environment (one node, one container), so
+two files that disagree are two environments that disagree, which is what
+``version-drift-across-hosts`` says when the hosts are known; without host names the files
+are the places named.
 """
 
 from __future__ import annotations
@@ -278,6 +285,61 @@ def nccl_env(events: pl.DataFrame, world: int | None) -> list[Finding]:
             p["title"], p["evidence"],
             f"From the settings NCCL printed and the job's environment dumps ({DOCS}).",
             (action_for(p),), p["cause"],
+        ))
+    out.extend(file_version_drift(events))
+    return out
+
+
+FILE_DRIFT_RULE = "version-drift-across-files"
+FILE_DRIFT_WEIGHT = 0.5  # weaker than version-drift-across-hosts (0.6): the files' places are inferred
+
+
+def file_version_drift(events: pl.DataFrame) -> list[Finding]:
+    """A package at different versions in host-less package listings of different files.
+
+    Only ``versions`` events with a ``package`` (a pip/conda listing line) and no host are
+    read; a file counts for a package only when it lists one version of it (one
+    environment), and a finding needs two files that disagree."""
+    if events.is_empty():
+        return []
+    rows = events.filter(
+        (pl.col("kind") == Kind.VERSION.value) & (pl.col("source") == "versions") & pl.col("host").is_null()
+        & pl.col("attrs").str.contains('"package":', literal=True)
+    )
+    if rows.height < 2:
+        return []
+    per: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))  # package -> file -> version -> row
+    for r in rows.iter_rows(named=True):
+        try:
+            a = json.loads(r["attrs"])
+        except ValueError:
+            continue
+        pkg, ver = a.get("package"), a.get("version")
+        if not pkg or not ver or not r["file"]:
+            continue
+        per[str(pkg).lower().replace("_", "-")][r["file"]].setdefault(str(ver), r)
+    out: list[Finding] = []
+    for pkg, files in sorted(per.items()):
+        one = {f: next(iter(vs.items())) for f, vs in files.items() if len(vs) == 1}
+        by_ver: dict[str, list[str]] = defaultdict(list)
+        for f, (v, _) in sorted(one.items()):
+            by_ver[v].append(f)
+        if len(by_ver) < 2:
+            continue
+        order = sorted(by_ver.items(), key=lambda p: (-len(p[1]), p[0]))
+        desc = "; ".join(f"{v} in {', '.join(fs)}" for v, fs in order)
+        ev = [_evidence(one[f][1]) for _, fs in order for f in fs]
+        minority = [f for _, fs in order[1:] for f in fs] if len(order[0][1]) > len(order[1][1]) else [f for _, fs in order for f in fs]
+        out.append(Finding(
+            rule_id=FILE_DRIFT_RULE, title=f"{pkg} differs between environment listings: {desc}", cause="driver_drift",
+            role="cause", status="stable", weight=FILE_DRIFT_WEIGHT, first_time=None, count=len(ev), hosts=(), ranks=(),
+            gpus=(), evidence=tuple(ev[:6]),
+            explanation=("Each package listing (pip freeze, pip list, conda list) describes one environment, one node or "
+                         "container; these name no host, so the files are the places. Mixed versions of the same "
+                         f"library across the job's environments break collectives in ways that look like other faults; "
+                         f"the odd one out: {', '.join(minority)}."),
+            actions=(f"Install the same {pkg} version in every environment of the job (the one most listings have: {order[0][0]}), "
+                     "and say in each listing which node it came from.",),
         ))
     return out
 

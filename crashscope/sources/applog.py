@@ -95,12 +95,16 @@ _STAMP_PREFIX = r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*(?:\[titan\] |\[
 # A run that says it finished: the success signals of the trainers and benchmarks (nccl-tests
 # src/common.cu "# Out of bounds values : %d %s"; Lightning fit_loop "`Trainer.fit` stopped:
 # `max_epochs=N` reached."; HF Trainer's final metrics dict and "Training completed."; torch
-# elastic agent "worker group successfully finished"; Megatron print_datetime("after training is done")).
+# elastic agent "worker group successfully finished", and in _exit_barrier() (torch 1.9 ... 2.x,
+# torch/distributed/elastic/agent/server/api.py) "Local worker group finished (%s). Waiting %s
+# seconds for other agents to finish" with the state SUCCEEDED (FAILED is no success), and its
+# events/api.py record name f"torchelastic.worker.status.{state}"; Megatron
+# print_datetime("after training is done")).
 _RUN_END = (
     ("nccl-tests", lazy_compile(r"#\s*Out of bounds values\s*:\s*0 OK")),
     ("lightning", lazy_compile(r"`Trainer\.fit` stopped: `(?:max_epochs|max_steps|max_time)=[^`]*` reached")),
     ("hf_trainer", lazy_compile(r"^\{'train_runtime': [\d.]+,|Training completed\. Do not forget to share your model")),
-    ("torchelastic", lazy_compile(r"worker group successfully finished")),
+    ("torchelastic", lazy_compile(r"worker group successfully finished|Local worker group finished \((?:WorkerState\.)?SUCCEEDED\)|\"name\": \"torchelastic\.worker\.status\.SUCCEEDED\"")),
     ("megatron", lazy_compile(r"\[after training is done\]")),
 )
 
@@ -109,6 +113,8 @@ _PREFILTER_PARTS = (
     r"`Trainer\.fit` stopped: ",
     r"Training completed\. ",
     r"worker group successfully finished",
+    r"Local worker group finished \(",
+    r"torchelastic\.worker\.status\.SUCCEEDED",
     r"\[after training is done\]",
     _STAMP_PREFIX + r"(?:"
     # ISO / python logging asctime / Megatron / loguru

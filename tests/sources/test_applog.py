@@ -311,6 +311,11 @@ def test_a_silence_leaves_the_line_before_it():
     ("`Trainer.fit` stopped: `max_epochs=3` reached.", "lightning"),
     ("{'train_runtime': 5.8012, 'train_samples_per_second': 1.207, 'train_loss': 2.12, 'epoch': 1.0}", "hf_trainer"),
     ("[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.", "torchelastic"),
+    # torch/distributed/elastic/agent/server/api.py _exit_barrier(), torch 1.9 (state name) and 2.x (enum repr)
+    ("INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (SUCCEEDED). Waiting 300 seconds for other agents to finish", "torchelastic"),
+    ("[2024-03-12 08:22:56,574] torch.distributed.elastic.agent.server.api: [INFO] Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish", "torchelastic"),
+    # torch/distributed/elastic/events: the worker status record
+    ('{"name": "torchelastic.worker.status.SUCCEEDED", "source": "WORKER", "timestamp": 0, "metadata": {"run_id": "none", "global_rank": 0, "state": "SUCCEEDED", "raw_error": null}}', "torchelastic"),
 ])
 def test_run_end_lines(line, framework):
     rows, _ = _rows(line + "\n")
@@ -320,6 +325,15 @@ def test_run_end_lines(line, framework):
 
 def test_a_failed_validation_is_not_a_run_end():
     rows, _ = _rows("# Out of bounds values : 3 FAILED\n")
+    assert not _kind(rows, "run_end")
+
+
+@pytest.mark.parametrize("line", [
+    "INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (FAILED). Waiting 300 seconds for other agents to finish",
+    '{"name": "torchelastic.worker.status.FAILED", "source": "WORKER", "timestamp": 0, "metadata": {"state": "FAILED"}}',
+])
+def test_a_failed_worker_group_is_not_a_run_end(line):
+    rows, _ = _rows(line + "\n")
     assert not _kind(rows, "run_end")
 
 
