@@ -725,10 +725,16 @@ def _summary(cause: str, primary: Any, symptoms: list[Any], tl: Timeline) -> str
             parts.append(f" (peer {', '.join(peers[:3])}: check the link between them)")
     timeouts = next((g for g in tl.groups if g.kind == Kind.COLLECTIVE_TIMEOUT.value), None)
     if timeouts is not None:
-        parts.append(f"; then {len(timeouts.ranks)} rank(s) timed out in {timeouts.signature} (symptom)")
+        parts.append(f"; then {len(timeouts.ranks)} rank(s) timed out in {_known_parts(timeouts.signature)} (symptom)")
     elif symptoms:
         parts.append(f"; {len(symptoms)} symptom rule(s) followed")
     return "".join(parts) + "."
+
+
+def _known_parts(signature: str) -> str:
+    """A timeout signature without the fields no log gave ("seq=?"): the summary never prints a placeholder."""
+    known = [p for p in signature.split() if not p.endswith("=?")]
+    return " ".join(known) if known else "a collective"
 
 
 def _link_peers(ev: pl.DataFrame, hosts: tuple[str, ...]) -> list[str]:

@@ -4,6 +4,7 @@ opinion, tested without any ingest."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.timeline import Timeline
@@ -131,3 +132,21 @@ def test_a_rank_last_at_every_collective_of_a_steady_completed_run_is_not_an_inc
     # A slowdown alone (no straggler named, under throughput-collapse's factor) changes nothing.
     _, slowed = _arrival_run(slow_from=12)
     assert decide([], slowed).cause == "none"
+
+
+def test_summary_never_prints_an_unknown_timeout_field():
+    from crashscope.verdict import _known_parts
+
+    assert _known_parts("pg=0 seq=? op=?") == "pg=0"
+    assert _known_parts("pg=0 seq=1079 op=ALLREDUCE") == "pg=0 seq=1079 op=ALLREDUCE"
+    assert _known_parts("pg=? seq=? op=?") == "a collective"
+
+
+def test_gloo_timeouts_without_a_sequence_number_read_plainly():
+    # gloo's timeout texts carry no SeqNum/OpType: the summary names what is known, no "?".
+    from crashscope.evaluation import analyze_case, load_cases
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    case = next(c for c in load_cases(root, "recorded") if c.id == "iptables_rank1_torchrun")
+    summary = analyze_case(case)["summary"]
+    assert "timed out in" in summary and "?" not in summary, summary
