@@ -8,12 +8,15 @@ removed. A confident-wrong verdict (>= 0.8 on the wrong cause) is never allowed.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from crashscope.evaluation import CONFIDENT, Case, analyze_case, load_cases, score
+from crashscope.report.model import Report
+from crashscope.report.render import render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPORA = {"recorded": ROOT / "fixtures" / "recorded", "recorded_fr": ROOT / "fixtures" / "recorded_fr", "real": ROOT / "tests" / "data" / "real"}
@@ -65,6 +68,17 @@ def test_culprit(case: Case):
     _check(case, "node", s.node_ok, f"got {imp['nodes']}, truth {list(case.nodes)}")
     _check(case, "rank", s.rank_ok, f"got {imp['ranks']}, truth {list(case.ranks)}")
     _check(case, "first_failure", s.first_ok, f"got {rep.get('first_failure')}, truth {case.first_failure}")
+
+
+# A placeholder for a value no file gave: "None", a lone "?", "key=?". Log text (in backticks) is data and may hold anything.
+_PLACEHOLDER = re.compile(r"\bNone\b|(?<![\w?])\?(?![\w?])|=\?")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.corpus}/{c.id}")
+def test_markdown_prints_no_placeholder(case: Case):
+    md = render_markdown(Report.from_dict(_report(case.path)))
+    bad = [ln for ln in md.splitlines() if _PLACEHOLDER.search(re.sub(r"`[^`]*`", "", ln))]
+    assert not bad, bad[:3]
 
 
 def test_known_misses_name_existing_cases():
