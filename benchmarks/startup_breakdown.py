@@ -67,7 +67,7 @@ def _timed(cat: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 # module -> [(attribute, bucket)] wrapped as soon as the module is loaded
 PATCHES: dict[str, list[tuple[str, str]]] = {
     "crashscope.catalogs": [("load", "catalogs (cache or YAML)")],
-    "crashscope.engine.load": [("_load_dir", "rules (cache or YAML)")],
+    "crashscope.engine.load": [("load_rules", "rules (cache or YAML)"), ("_load_dir", "rules (cache or YAML)")],
     "crashscope.pipeline": [("ingest", "ingest"), ("build_timeline", "timeline"), ("find", "findings (rules, analyses)")],
     "crashscope.verdict": [("_classifier", "classifier"), ("decide", "decide")],
     "crashscope.report.build": [("build_report", "build_report")],

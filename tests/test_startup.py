@@ -248,3 +248,28 @@ def test_redaction_decision_matches_the_redactor(tmp_path: Path, monkeypatch: py
             except Exception as e:
                 got = type(e)
             assert got == want, (flag, map_path)
+
+
+def test_command_table_matches_what_each_module_registers() -> None:
+    import typer.main
+
+    from crashscope import cli
+
+    seen: dict[str, str] = {}
+    for module in cli.COMMAND_MODULES:
+        for name in typer.main.get_command(cli.new_app((module,))).commands:  # type: ignore[attr-defined]
+            seen[name] = module
+    assert seen == cli.COMMANDS
+    assert sorted(typer.main.get_command(cli.app).commands) == sorted(cli.COMMANDS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args", [["analyze", "--help"], ["rules", "list", "--help"], ["epilog", "--help"], ["analyze", "/nonexistent/dir"]])
+def test_one_command_app_behaves_as_the_whole_app(args: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from crashscope import cli
+
+    runner = CliRunner()
+    whole = runner.invoke(cli.app, args)
+    one = runner.invoke(cli.new_app((cli.COMMANDS[args[0]],)), args)
+    assert (one.exit_code, one.output) == (whole.exit_code, whole.output)
