@@ -117,9 +117,9 @@ del regex
 def main() -> None:
     _push("import crashscope.cli (typer, click)")
     import crashscope.cli
+    import crashscope.cli.analyze_cmd as analyze_cmd
 
     _pop()
-    analyze_cmd = sys.modules["crashscope.cli.analyze_cmd"]
     # the CLI's parsing: from main() to the analyze body's first import
     real_stage = analyze_cmd._run_analysis
     _push("typer: parse and coerce options")
