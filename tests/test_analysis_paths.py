@@ -5,7 +5,10 @@
 * the classifier: ``Model.predict_proba`` (plain Python, one row) == the numpy batch form
   ``proba_matrix`` to 1e-12, and the same after the report's rounding to 4 digits;
 * the features: GPU telemetry attrs decoded once as a struct == one JSON path per key and
-  row; kind counts with only the ``repeat`` rows decoded == a JSON path on every row.
+  row; kind counts with only the ``repeat`` rows decoded == a JSON path on every row;
+  flat attrs read by a regex per key == the JSON decode;
+* the timeline's lookups (only the rows with a null target looked up) == a left join of
+  the whole frame and a coalesce.
 """
 
 from __future__ import annotations
@@ -143,3 +146,53 @@ def test_attrs_fields_read_like_json_paths_and_reuse_only_equal_rows() -> None:
     assert attrs_fields(odd, keys).equals(ref(odd))
     other = pl.Series(['{"a":7}'] + texts[1:5], dtype=pl.String)
     assert attrs_fields(other, keys)["a"].to_list() == ["7", "2.5", None, None, None]
+
+
+def test_attrs_fields_regex_path_reads_numbers_as_the_json_decode() -> None:
+    """Flat rows are read by a regex per key; every other row by the JSON decode. Both give
+    the same numbers (as the callers cast them) on the forms a key can take: numbers with
+    exponents and spaces, strings, lists, nested objects that repeat a key, a key's name
+    inside a string value, a row that is not an object, empty text, null."""
+    from crashscope.timeline import _DECODED, _decode_fields, attrs_fields
+
+    keys = ("temperature", "reasons_mask", "mask", "sm_clock_mhz", "util")
+    rows = [
+        '{"temperature":38,"power_w":73.97,"sm_clock_mhz":345,"util":0,"reasons_mask":1,"reasons":["gpu_idle"]}',
+        '{"temperature": -4.5E+1 , "util" : 99}', '{"temperature":1e3,"util":"55"}', '{"util":"N/A","mask":12}',
+        '{"x":{"util":3},"util":70}', '{"x":{"util":3}}', '{"util":[1]}', '{"note":"say \\"util\\":5","util":1}',
+        '{"util":null,"sm_clock_mhz":1410.5}', '[]', '', None, '{"reasons_mask":"72","temperature":true}',
+    ]
+    attrs = pl.Series(rows, dtype=pl.String)
+    _DECODED.clear()
+    fast = attrs_fields(attrs, keys)
+    ref = _decode_fields(attrs.rename("a").to_frame(), keys)
+    for k in keys:
+        for dtype in (pl.Float64, pl.Int64):
+            assert fast[k].cast(dtype, strict=False).eq_missing(ref[k].cast(dtype, strict=False)).all(), (k, dtype)
+    assert fast["util"].cast(pl.Float64, strict=False).to_list() == [0, 99, 55, None, 70, None, None, 1, None, None, None, None, None]
+
+
+def test_timeline_lookups_fill_like_a_whole_frame_join() -> None:
+    """The timeline's lookups (``_fill_nulls``: only rows with a null target and every key
+    are looked up, their values put in place) give what a left join of the whole frame and
+    a coalesce give, null keys and targets included; a table with a repeated key is joined
+    whole, adding its rows, as before."""
+    from crashscope.timeline import _fill_nulls
+
+    ev = pl.DataFrame({
+        "host": ["a", "a", None, "b", "b", "c", "a"], "pid": [1, 2, 1, 1, None, 3, 1],
+        "rank": [None, 5, None, None, None, None, 9], "gpu": ["g0", None, None, None, None, None, None],
+    }, schema={"host": pl.String, "pid": pl.Int64, "rank": pl.Int32, "gpu": pl.String})
+    table = pl.DataFrame({"host": ["a", "b", "c", "d"], "pid": [1, 1, 3, 1], "_r": [0, 1, None, 3], "_g": ["ga", "gb", "gc", None]},
+                         schema={"host": pl.String, "pid": pl.Int64, "_r": pl.Int32, "_g": pl.String})
+
+    def plain(t: pl.DataFrame) -> pl.DataFrame:
+        j = ev.join(t, on=["host", "pid"], how="left", maintain_order="left")
+        return j.with_columns(pl.coalesce("rank", "_r").alias("rank"), pl.coalesce("gpu", "_g").alias("gpu")).drop("_r", "_g")
+
+    got = _fill_nulls(ev, table, ["host", "pid"], {"rank": "_r", "gpu": "_g"})
+    assert got.equals(plain(table))
+    assert got["rank"].to_list() == [0, 5, None, 1, None, None, 9] and got["gpu"].to_list() == ["g0", None, None, "gb", None, "gc", "ga"]
+    twice = pl.concat([table, table.head(1).with_columns(pl.lit(7, pl.Int32).alias("_r"))])
+    got = _fill_nulls(ev, twice, ["host", "pid"], {"rank": "_r", "gpu": "_g"})
+    assert got.height == ev.height + 2 and got.sort(got.columns, nulls_last=True).equals(plain(twice).sort(got.columns, nulls_last=True))

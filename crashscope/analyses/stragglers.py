@@ -260,12 +260,15 @@ def _step_time_outlier(ev: pl.DataFrame) -> Finding | None:
 # -- telemetry: clocks far below the peers' ----------------------------------------------------------------
 
 def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Finding]:
-    tel = ev.filter(pl.col("kind") == Kind.GPU_TELEMETRY.value)
+    # The columns it reads and each row's position: the evidence rows are taken whole from
+    # ``ev`` at the end (filtering whole rows copied 393k messages at 16,384 ranks).
+    tel = ev.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), "kind", "host", "gpu", "time", "attrs").filter(
+        pl.col("kind") == Kind.GPU_TELEMETRY.value)
     if tel.filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null()).height == 0:
         return []
     # every telemetry row's attrs decoded once, shared with the classifier's telemetry features
     a = attrs_fields(tel["attrs"], TELEMETRY_KEYS)
-    d = tel.with_columns(
+    d = tel.select("_p", "host", "gpu", "time").with_columns(
         a["sm_clock_mhz"].cast(pl.Float64, strict=False).alias("_clk"),
         a["util"].cast(pl.Float64, strict=False).alias("_util"),
     ).filter(pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("_clk").is_not_null() & (pl.col("_util") >= BUSY_UTIL))
@@ -280,9 +283,10 @@ def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tup
     for host, gpu, med in slow:
         if (host, gpu) in throttled:
             continue  # the reason is on record: gpu-hw-slowdown (a per-event rule) names it
-        rows = d.filter((pl.col("host") == host) & (pl.col("gpu") == gpu) & (pl.col("_clk") < CLOCK_FACTOR * peers)).sort("time", nulls_last=True)
-        if rows.height == 0:
+        slow_rows = d.filter((pl.col("host") == host) & (pl.col("gpu") == gpu) & (pl.col("_clk") < CLOCK_FACTOR * peers))
+        if slow_rows.height == 0:
             continue
+        rows = ev[slow_rows.sort("time", nulls_last=True, maintain_order=True)["_p"].head(3)]  # its earliest, whole
         rank = ident["gpu_rank"].get((host, gpu))
         first = rows.row(0, named=True)
         who = f" (rank {rank})" if rank is not None else ""
@@ -290,8 +294,8 @@ def _clock_outliers(ev: pl.DataFrame, ident: dict[str, Any], throttled: dict[tup
             rule_id="gpu-clock-outlier",
             title=f"GPU {gpu} on {host}{who} ran at {med:.0f} MHz under load while its peers ran at {peers:.0f} MHz",
             cause="gpu_throttle", role="cause", status="stable", weight=CLOCK_WEIGHT, first_time=_ns(first["time"]),
-            count=rows.height, hosts=(host,), ranks=(rank,) if rank is not None else (), gpus=((host, gpu, first["gpu_index"]),),
-            evidence=tuple(_evidence(r, rank) for r in rows.drop("_clk", "_util").head(3).iter_rows(named=True)),
+            count=slow_rows.height, hosts=(host,), ranks=(rank,) if rank is not None else (), gpus=((host, gpu, first["gpu_index"]),),
+            evidence=tuple(_evidence(r, rank) for r in rows.iter_rows(named=True)),
             explanation=("A GPU whose SM clock stays far below its peers' while it is busy is being held back (thermal or "
                          "power limits, a firmware clock cap) even when no clock-event reason was recorded; its rank "
                          "paces every collective."),

@@ -19,6 +19,19 @@ def iso_ns(t: Any) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t is not None else None
 
 
+def iso_expr(col: str) -> pl.Expr:
+    """:func:`iso_ns` of a column of timeline times, in polars (one pass, not a Python call
+    per row); null stays null. Only for years 1000-9999 (Python pads no year below 1000,
+    polars does): callers check :func:`iso_expr_ok`."""
+    return pl.col(col).dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+
+
+def iso_expr_ok(times: pl.Series) -> bool:
+    """Every time of ``times`` is written alike by :func:`iso_expr` and :func:`iso_ns`."""
+    t = times.drop_nulls()
+    return t.len() == 0 or (1000 <= int(t.min().year) and int(t.max().year) <= 9999)  # type: ignore[union-attr]
+
+
 def event_row(r: dict[str, Any], count: int | None = None) -> EventRow:
     """One timeline event (a row of the events frame) as ``anomalies`` and ``timeline_excerpt`` hold it."""
     return EventRow(
