@@ -8,7 +8,8 @@ job); unpickling the result costs ~0.01 s. An entry is one file
 the cache off) holding a header and the pickled object. The header carries the key: a hash
 of the inputs (every YAML file's bytes) *and* of the source of the code that builds the
 object, the Python version and the package version, so any change to the data or to the
-loader rebuilds the entry. One file per name: a new key overwrites the old one.
+loader rebuilds the entry. One file per name (:func:`entry_name`: the kind and the folder
+the data comes from): a new key overwrites the old one.
 
 The cache is an optimisation only. Every failure falls back to building from the YAML,
 silently: a folder that cannot be created or written (a read-only home, the Slurm epilog
@@ -70,6 +71,13 @@ def fingerprint(parts: Iterable[bytes | str]) -> bytes:
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)
     return h.digest()
+
+
+def entry_name(kind: str, where: str) -> str:
+    """``kind`` plus a short hash of ``where`` (the folder the data comes from): each install
+    or checkout keeps its own entry, so two of them at different versions used in turn do
+    not overwrite each other's on every run."""
+    return f"{kind}-{hashlib.sha256(where.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
 
 
 def source_of(*modules: str) -> list[bytes]:

@@ -28,6 +28,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _entry(d: Path, name: str) -> Path:
+    """The entry file of ``name``; ``catalogs`` and ``rules``: this checkout's one."""
+    if name in ("catalogs", "rules"):
+        (found,) = d.glob(f"{name}-*.pickle")
+        return found
     return d / f"{name}.pickle"
 
 
@@ -42,6 +46,9 @@ def test_put_get_round_trip_and_key(cache: Path) -> None:
     assert oct(cache.stat().st_mode & 0o777) == "0o700" and oct(_entry(cache, "t").stat().st_mode & 0o777) == "0o600"
     # length-prefixed parts: ["ab"] and ["a", "b"] are different keys
     assert datacache.fingerprint(["ab"]) != datacache.fingerprint(["a", "b"])
+    # one entry per kind and folder
+    assert datacache.entry_name("rules", "/a") != datacache.entry_name("rules", "/b")
+    assert datacache.entry_name("rules", "/a") == datacache.entry_name("rules", "/a") != datacache.entry_name("catalogs", "/a")
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])

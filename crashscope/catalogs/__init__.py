@@ -309,12 +309,13 @@ def load() -> Catalogs:
     from crashscope import datacache
 
     key = datacache.fingerprint([*datacache.source_of(__name__, "crashscope.schema"), *(p for f in files for p in f)])
-    cached = datacache.get("catalogs", key, _CACHE_CLASSES)
+    name = datacache.entry_name("catalogs", str(root))
+    cached = datacache.get(name, key, _CACHE_CLASSES)
     if isinstance(cached, Catalogs):
         return cached
     # tests/test_catalogs.py builds the same files with validate=True
     cats = build(files, validate=False)
-    datacache.put("catalogs", key, cats)
+    datacache.put(name, key, cats)
     return cats
 
 

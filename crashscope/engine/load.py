@@ -235,11 +235,12 @@ def _load_dir(base: Path) -> list[tuple[Path, tuple[Rule | None, list[Issue]]]]:
     except OSError:  # load_file reports it
         return [(p, load_file(p, base)) for p in paths]
     key = datacache.fingerprint(parts)
-    cached = datacache.get("rules", key, _CACHE_CLASSES)
+    name = datacache.entry_name("rules", str(base))
+    cached = datacache.get(name, key, _CACHE_CLASSES)
     if isinstance(cached, list) and len(cached) == len(paths):
         return list(zip(paths, cached))
     results = [load_file(p, base) for p in paths]
-    datacache.put("rules", key, results)
+    datacache.put(name, key, results)
     return list(zip(paths, results))
 
 
