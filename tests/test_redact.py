@@ -277,3 +277,30 @@ def test_hostile_strings_cost_little() -> None:
         r.learn(s)
         r.redact(s)
     assert time.monotonic() - t0 < 10
+
+
+def test_trie_alternation_matches_as_the_sorted_alternation() -> None:
+    """The host, user and domain patterns are written as a trie (crashscope.redact._alternation):
+    on every text they match what the longest-first alternation of the same words matches,
+    spans and groups alike: prefixes of one another (node1, node12, node1.hpc.acme.com),
+    upper-case text under (?i), a word ending where a longer one goes on, and word lists
+    the trie does not take (mixed case, non-ASCII) falling back to the alternation."""
+    import random
+
+    import regex
+
+    from crashscope.redact import _alternation
+
+    rng = random.Random(7)
+    words = ["node1", "node12", "node123", "node1.hpc.acme.com", "n1", "gpu-a", "gpu-ab", "login.acme.com", "acme.com", "x-9"]
+    words += [f"node{i:04d}" for i in range(0, 300, 3)]
+    alphabet = ["node1", "NODE12", "2", "3", ".", ".hpc", ".acme", ".com", "-", "gpu-a", "b", " ", "/", "x-9", ".log", "Node0003", "acme", "n1"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    for ws, flags in ((words, "(?i)"), (words, ""), (["Node1", "node12"], "(?i)"), (["nöde1", "node12"], "(?i)")):
+        ws = sorted(ws, key=len, reverse=True)
+        tail = r")((?:\.[A-Za-z0-9-]+)*)(?![A-Za-z0-9-])"
+        plain = regex.compile(flags + r"(?<![A-Za-z0-9-])(" + "|".join(regex.escape(w) for w in ws) + tail)
+        trie = regex.compile(flags + r"(?<![A-Za-z0-9-])(" + _alternation(ws, bool(flags)) + tail)
+        for t in texts:
+            assert [(m.span(), m.groups()) for m in trie.finditer(t)] == [(m.span(), m.groups()) for m in plain.finditer(t)], (ws[:3], t)
+    assert _alternation(["Node1", "node12"], True) == "Node1|node12"  # mixed case under (?i): the plain alternation
