@@ -144,25 +144,35 @@ def dump_origin(events: pl.DataFrame) -> DumpOrigin:
     if w.height == 0:
         return out
     named: Counter[int] = Counter()
-    for row in w.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).sort("_t", nulls_last=True).iter_rows(named=True):
-        r = int(row["rank"])
+    w = w.with_columns(pl.col("time").dt.epoch("ns").alias("_t")).sort("_t", nulls_last=True)
+    # The rows are walked on the three columns the walk reads; the rows it keeps (one per
+    # rank) are taken whole afterwards (every row as a dict of every column cost ~0.15 s
+    # a call at 16,384 ranks).
+    notified: dict[int, tuple[int | None, int]] = {}
+    fired: dict[int, tuple[int, str]] = {}
+    for i, (rank, kind, message) in enumerate(w.select("rank", "kind", "message").iter_rows()):
+        r = int(rank)
         how = {Kind.COLLECTIVE_TIMEOUT.value: "its collective timed out", Kind.WATCHDOG_ERROR.value: "failure detected by its watchdog"}.get(
-            str(row["kind"]), "dump signal from this local rank")
-        if str(row["kind"]) == Kind.HEARTBEAT_TIMEOUT.value:
-            m = _SIGNAL_FROM.search(row.get("message") or "")
+            str(kind), "dump signal from this local rank")
+        if str(kind) == Kind.HEARTBEAT_TIMEOUT.value:
+            m = _SIGNAL_FROM.search(message or "")
             if m is None:
                 continue
             if m.group("rank") is not None:
                 by = int(m.group("rank"))
-                if r not in out.notified and r not in out.self_fired:
-                    out.notified[r] = (by if by >= 0 else None, row)
+                if r not in notified and r not in fired:
+                    notified[r] = (by if by >= 0 else None, i)
                 if by >= 0 and by != r:
                     named[by] += 1
                 continue
-        if r in out.notified:
+        if r in notified:
             continue  # its monitor saw the peer's signal first: its own timeout came later
-        if r not in out.self_fired:
-            out.self_fired[r] = row | {"_how": how}
+        if r not in fired:
+            fired[r] = (i, how)
+    at = sorted({i for _, i in notified.values()} | {i for i, _ in fired.values()})
+    whole = dict(zip(at, w[at].iter_rows(named=True))) if at else {}
+    out.notified = {r: (by, whole[i]) for r, (by, i) in notified.items()}
+    out.self_fired = {r: whole[i] | {"_how": how} for r, (i, how) in fired.items()}
     if out.self_fired:
         first = min(out.self_fired.items(), key=lambda kv: (_t_of(kv[1]) is None, _t_of(kv[1]) or 0, kv[0]))
         out.initiator, out.initiator_row = first[0], first[1]

@@ -139,13 +139,13 @@ def missing_data(tl: Timeline) -> list[str]:
     out = []
     if ev.height == 0:
         return ["no recognizable log lines at all"]
-    kernel_hosts = set(ev.filter(pl.col("source") == "kernel")["host"].drop_nulls().unique().to_list())
+    kernel_hosts = set(ev.select("source", "host").filter(pl.col("source") == "kernel")["host"].drop_nulls().unique().to_list())
     no_kernel = [n for n in nodes if n not in kernel_hosts]
     if no_kernel and len(no_kernel) < len(nodes):
         out.append(f"no kernel log (dmesg/journal) for {len(no_kernel)} node(s): {', '.join(no_kernel[:8])}{' ...' if len(no_kernel) > 8 else ''}")
     elif nodes and not kernel_hosts:
         out.append("no kernel logs (dmesg/journal) for any node: Xid, NIC and storage errors cannot be seen")
-    if not ev.filter(pl.col("source").is_in(["slurm", "sacct"])).height:
+    if not ev.select(pl.col("source").is_in(["slurm", "sacct"]).any()).item():
         out.append("no Slurm records (job output banners, sacct, slurmctld): scheduler actions cannot be seen")
     if tl.world_size and len(tl.ranks_seen) < tl.world_size:
         out.append(f"events from {len(tl.ranks_seen)} of {tl.world_size} ranks")
