@@ -6,6 +6,14 @@ Usage:
 
 Prints wall and CPU seconds of ``ingest(workers=1)`` for each path (plain first, then bulk,
 twice each) and checks both give the same number of events.
+
+    python benchmarks/bulk_scan_bench.py --literals
+
+prints, for each top-level branch of each line source's prefilter, a set of literals one
+of which every match contains (from the pattern's parse tree), and flags the branches for
+which a literal pre-scan over whole blocks (Aho-Corasick / the regex crate's literal
+prefilter) would gain nothing: no literal at all, or a literal that NCCL's INFO chatter
+(``crashscope.ingest.CHATTER``) itself contains, so every chatter line is a candidate.
 """
 
 from __future__ import annotations
@@ -28,7 +36,110 @@ def run(job: str, plain: bool) -> tuple[float, float, int]:
         ingest_mod.SMALL_FILE_BYTES = saved
 
 
+_MAX_SET = 64  # literal sets larger than this are not expanded
+
+
+def _exact(items: list) -> set[str] | None:  # type: ignore[type-arg]
+    """The finite set of strings a parsed subpattern matches, or None."""
+    import re._constants as C  # type: ignore[import-not-found]
+
+    acc = {""}
+    for op, av in items:
+        if op is C.LITERAL:
+            alts: set[str] | None = {chr(av)}
+        elif op is C.IN:
+            chars: set[str] = set()
+            for iop, iav in av:
+                if iop is C.LITERAL:
+                    chars.add(chr(iav))
+                elif iop is C.RANGE and iav[1] - iav[0] <= 10:
+                    chars.update(chr(c) for c in range(iav[0], iav[1] + 1))
+                else:
+                    return None
+            alts = chars
+        elif op is C.SUBPATTERN:
+            alts = _exact(list(av[3]))
+        elif op is C.BRANCH:
+            alts = set()
+            for b in av[1]:
+                e = _exact(list(b))
+                if e is None:
+                    return None
+                alts |= e
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT) and av[0] == av[1] and av[0] <= 32:
+            e = _exact(list(av[2]))
+            if e is None or len(e) > 1:
+                return None
+            alts = {next(iter(e)) * av[0]}
+        elif op is C.AT:
+            alts = {""}
+        else:
+            return None
+        if alts is None:
+            return None
+        acc = {a + b for a in acc for b in alts}
+        if len(acc) > _MAX_SET:
+            return None
+    return acc
+
+
+def required_literals(items: list) -> set[str]:  # type: ignore[type-arg]
+    """Literals one of which every match of the parsed pattern contains (empty: none known)."""
+    import re._constants as C  # type: ignore[import-not-found]
+
+    best: set[str] = set()
+
+    def consider(c: set[str]) -> None:
+        nonlocal best
+        if c and all(c) and (min(map(len, c)), -len(c)) > ((min(map(len, best)), -len(best)) if best else (0, 0)):
+            best = c
+
+    run = {""}
+    for op, av in items:
+        e = _exact([(op, av)])
+        if e is not None and "" not in e and len({a + b for a in run for b in e}) <= _MAX_SET:
+            run = {a + b for a in run for b in e}
+            consider(run)
+            continue
+        if e == {""}:
+            continue  # zero-width: the run goes on
+        run = {""}
+        if op is C.SUBPATTERN:
+            consider(required_literals(list(av[3])))
+        elif op is C.BRANCH:
+            parts = [required_literals(list(b)) for b in av[1]]
+            if all(parts):
+                consider(set().union(*parts))
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT) and av[0] >= 1:
+            consider(required_literals(list(av[2])))
+    return best
+
+
+def literals_report() -> None:
+    import re._constants as C  # type: ignore[import-not-found]
+    import re._parser as P  # type: ignore[import-not-found]
+
+    from crashscope.sources import LINE_SOURCES
+
+    for src in LINE_SOURCES:
+        tree = list(P.parse(src.prefilter))
+        while len(tree) == 1 and tree[0][0] is C.SUBPATTERN:
+            tree = list(tree[0][1][3])
+        branches = [list(b) for b in tree[0][1][1]] if len(tree) == 1 and tree[0][0] is C.BRANCH else [tree]
+        useless = []
+        for i, b in enumerate(branches):
+            lits = required_literals(b)
+            in_chatter = sorted(x for x in lits if any(x in c for c in ingest_mod.CHATTER))
+            if not lits or in_chatter:
+                useless.append(f"    branch {i}: " + ("no literal" if not lits else f"literals {sorted(lits)[:8]} occur in the chatter ({in_chatter[:3]})"))
+        print(f"{src.name}: {len(branches)} branches, {len(useless)} without a literal the chatter lacks")
+        print("\n".join(useless))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--literals"]:
+        literals_report()
+        return
     job = sys.argv[1]
     counts = set()
     for _ in range(2):
