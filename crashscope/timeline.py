@@ -175,28 +175,31 @@ def _attr(col: str, key: str, dtype: pl.DataType | type[pl.DataType] = pl.String
     return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
 
 
-def _fill_nulls(ev: pl.DataFrame, table: pl.DataFrame, on: str | list[str], fills: dict[str, str]) -> pl.DataFrame:
+def _fill_nulls(ev: pl.DataFrame, table: pl.DataFrame, on: str | list[str], fills: dict[str, str], *, override: bool = False) -> pl.DataFrame:
     """What ``ev.join(table, on=on, how="left")`` then ``coalesce(target, value)`` for each
-    ``target: value`` of ``fills`` gives, with the frame's rows in place: when the table holds
-    one row per key (a lookup), only the rows that have a null target and every key are
-    looked up, and the values put in place by row position (a join of the whole frame cost
-    ~0.1-0.2 s per lookup at 16,384 ranks); a table with repeated keys, a join that adds
-    rows, is joined whole as before."""
+    ``target: value`` of ``fills`` gives (``coalesce(value, target)`` with ``override``), with
+    the frame's rows in place: when the table holds one row per key (a lookup), only the
+    rows that have every key (and, without ``override``, a null target) are looked up, and
+    the values put in place by row position (a join of the whole frame cost ~0.1-0.2 s per
+    lookup at 16,384 ranks); a table with repeated keys, a join that adds rows, is joined
+    whole as before."""
     keys = [on] if isinstance(on, str) else list(on)
     if table.height == 0:
         return ev
     if table.select(pl.struct(keys).is_duplicated().any()).item():
         ev = ev.join(table, on=keys, how="left")
-        return ev.with_columns(pl.coalesce(t, v).alias(t) for t, v in fills.items()).drop(list(fills.values()))
+        return ev.with_columns((pl.coalesce(v, t) if override else pl.coalesce(t, v)).alias(t) for t, v in fills.items()).drop(list(fills.values()))
     targets = [t for t in fills if t not in keys]
-    need = pl.any_horizontal([pl.col(t).is_null() for t in fills]) & pl.all_horizontal([pl.col(k).is_not_null() for k in keys])
+    need = pl.all_horizontal([pl.col(k).is_not_null() for k in keys])
+    if not override:
+        need = need & pl.any_horizontal([pl.col(t).is_null() for t in fills])
     rows = ev.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), *keys, *targets).filter(need)
     if rows.height == 0:
         return ev
     got = rows.join(table.select(*keys, *fills.values()), on=keys, how="inner")
     cols = []
     for t, v in fills.items():
-        g = got.filter(pl.col(t).is_null() & pl.col(v).is_not_null())
+        g = got.filter(pl.col(v).is_not_null() if override else pl.col(t).is_null() & pl.col(v).is_not_null())
         if g.height:
             cols.append(ev[t].scatter(g["_p"], g[v].cast(ev.schema[t])))
     return ev.with_columns(cols) if cols else ev
@@ -596,7 +599,7 @@ def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
         pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null() & pl.col("host").is_not_null() & pl.col("source").is_in(["nvidia_smi", "gpu_csv", "kernel"]))
     if inv.height:
         gi = inv.group_by(["host", "gpu"]).agg(pl.col("gpu_index").mode().first().alias("_gi"))
-        ev = ev.join(gi, on=["host", "gpu"], how="left").with_columns(pl.coalesce("_gi", "gpu_index").alias("gpu_index")).drop("_gi")
+        ev = _fill_nulls(ev, gi, ["host", "gpu"], {"gpu_index": "_gi"}, override=True)
     return ev.sort("_id")
 
 

@@ -193,6 +193,8 @@ def test_timeline_lookups_fill_like_a_whole_frame_join() -> None:
     got = _fill_nulls(ev, table, ["host", "pid"], {"rank": "_r", "gpu": "_g"})
     assert got.equals(plain(table))
     assert got["rank"].to_list() == [0, 5, None, 1, None, None, 9] and got["gpu"].to_list() == ["g0", None, None, "gb", None, "gc", "ga"]
+    over = ev.join(table, on=["host", "pid"], how="left", maintain_order="left").with_columns(pl.coalesce("_r", "rank").alias("rank")).drop("_r", "_g")
+    assert _fill_nulls(ev, table.drop("_g"), ["host", "pid"], {"rank": "_r"}, override=True).equals(over)  # the table's value wins
     twice = pl.concat([table, table.head(1).with_columns(pl.lit(7, pl.Int32).alias("_r"))])
     got = _fill_nulls(ev, twice, ["host", "pid"], {"rank": "_r", "gpu": "_g"})
     assert got.height == ev.height + 2 and got.sort(got.columns, nulls_last=True).equals(plain(twice).sort(got.columns, nulls_last=True))
