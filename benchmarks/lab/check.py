@@ -16,7 +16,7 @@ from pathlib import Path
 CAUSES = {"fabric_timeout", "storage_stall", "driver_drift", "preemption", "gpu_throttle", "gpu_hardware",
           "node_failure", "oom", "software_error", "time_limit", "unknown", "none"}
 REQUIRED = ["truth.json", "job.sh", "sacct.txt", "sacct.json", "scontrol_show_job.txt", "ckpt_listing.txt",
-            "slurm/slurmctld.log", "slurm/slurmd.n1.log", "slurm/slurmd.n2.log"] + [f"logs/rank{r}.log" for r in range(4)]
+            "slurm/slurmctld.log", "slurm/slurmd.n1.log", "slurm/slurmd.n2.log"]
 ERR = " failed: "
 PROG = re.compile(r"iteration\s+\d+/|step \d+ loss|\{'loss'")
 
@@ -34,11 +34,15 @@ def check(d: Path) -> list[str]:
     if bad:
         return bad
     t = json.loads((d / "truth.json").read_text())
+    world = int(t.get("world_size") or 4)  # round 4 varies it (run.py world=3, 6)
+    bad = [f"missing logs/rank{r}.log" for r in range(world) if not (d / f"logs/rank{r}.log").is_file()]
+    if bad:
+        return bad
     out = list(glob_one(d, "slurm-*.out", bad))
     if not out:
         return bad
     so = out[0].read_text(errors="replace")
-    logs = {r: (d / f"logs/rank{r}.log").read_text(errors="replace") for r in range(4)}
+    logs = {r: (d / f"logs/rank{r}.log").read_text(errors="replace") for r in range(world)}
     scon = (d / "scontrol_show_job.txt").read_text()
     state = re.search(r"JobState=(\S+)", scon)
     state = state.group(1) if state else None
@@ -51,7 +55,7 @@ def check(d: Path) -> list[str]:
     if not (d / "slurm/slurmctld.log").read_text().strip():
         bad.append("no slurmctld lines in the window")
     k, ranks = t["scenario"], t["culprit"]["ranks"]
-    peers = [r for r in range(4) if r not in ranks]
+    peers = [r for r in range(world) if r not in ranks]
     ff = t["first_failure"]
     if k != "completed" and not (ff and ff.get("time")):
         bad.append("first_failure.time missing")
@@ -122,6 +126,9 @@ def check(d: Path) -> list[str]:
     elif k == "scancel":
         if state != "CANCELLED":
             bad.append(f"JobState {state}, expected CANCELLED")
+    elif k == "scancel_step":
+        if not re.search(r"\*\*\* STEP %s\.0 ON \S+ CANCELLED AT" % t["job_id"], so):
+            bad.append("no STEP cancel banner of the job's step")
     elif k == "preempt_cancel":
         if state != "PREEMPTED":
             bad.append(f"JobState {state}, expected PREEMPTED")
@@ -140,7 +147,7 @@ def check(d: Path) -> list[str]:
         if ERR not in logs[ranks[0]]:
             bad.append("the culprit logged no error")
     elif k == "completed":
-        if state != "COMPLETED" or not all("training finished" in logs[r] for r in range(4)):
+        if state != "COMPLETED" or not all("training finished" in logs[r] for r in range(world)):
             bad.append("did not complete on every rank")
     return bad
 

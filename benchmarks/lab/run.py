@@ -148,9 +148,43 @@ HELD_OUT_3 = {
     "iptables_rank1_ddp_nodebug_srun": S("iptables", "srun", "fabric_timeout", [1], at=13, fmt="plain",
                                          ddp=True, debug=None),
 }
+# Fourth held-out round: every fault kind but iptables had had only one or two rounds of variation. Each
+# run changes what a rule fitted to the 62 could lean on: the world size (world=3: ranks 0,1 on n1 and rank 2
+# alone on n2; world=6: --ntasks=6 --overcommit, three ranks per node on the 2-CPU nodes; --ntasks-per-node=3
+# is refused even with --overcommit: 'Requested node configuration is not available'), the culprit's rank
+# and node, the launcher, DDP, TORCH_DISTRIBUTED_DEBUG, the progress format, the fault time, and one new
+# fault: scancel of the job's step only (the batch script lives on and exits with srun's code).
+HELD_OUT_4 = {
+    "sigstop_rank4_w6_srun": S("sigstop", "srun", "node_failure", [4], at=9, fmt="plain", world=6),
+    "sigstop_late_cont_rank1_nodebug_srun": S("sigstop_late_cont", "srun", "node_failure", [1], at=16,
+                                              fmt="megatron", debug=None),
+    "nodekill_n1_ddp_torchrun": S("nodekill", "torchrun", "node_failure", [0, 1], at=13, fmt="hf", ddp=True),
+    "ckpt_fifo_iter16_w3_info_srun": S("ckpt_fifo", "srun", "storage_stall", [0], at=16, fmt="megatron",
+                                       save=8, debug="INFO", world=3),
+    "oom_ulimit_rank2_torchrun": S("oom", "torchrun", "oom", [2], at=9, fmt="megatron", limit="ulimit"),
+    "shape_rank0_info_torchrun": S("shape", "torchrun", "software_error", [0], at=12, fmt="hf", debug="INFO"),
+    "exception_rank2_w3_srun": S("exception", "srun", "software_error", [2], at=11, fmt="hf", world=3),
+    "timelimit_ddp_nodebug_torchrun": S("timelimit", "torchrun", "time_limit", fmt="plain", iters=100000,
+                                        save=50, ddp=True, debug=None),
+    "completed_ddp_megatron_srun": S("completed", "srun", "none", fmt="megatron", ddp=True, iters=40),
+    "scancel_step_torchrun": S("scancel_step", "torchrun", "preemption", at=14, fmt="plain", debug=None),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
+SCENARIOS.update(HELD_OUT_4)
+
+
+def world_of(sc) -> int:
+    return int(sc.get("world", 4))
+
+
+def rank_node(sc, k: int) -> str:
+    """Node of rank k under Slurm's block distribution: world 4 and 6 put world/2 ranks on each node,
+    world 3 (--ntasks=3 on two 2-CPU nodes) ranks 0,1 on n1 and rank 2 on n2."""
+    w = world_of(sc)
+    per = 2 if w == 3 else w // 2
+    return "n1" if k < per else "n2"
 
 
 def utcnow() -> dt.datetime:
@@ -201,6 +235,11 @@ def job_script(sid, sc, jobdir: Path) -> str:
     # runs without it so the resumed rank lives on to meet its dead peers.
     kflag = "" if kind == "sigstop_late_cont" else " --kill-on-bad-exit=1"
     a = " ".join(args)
+    world = world_of(sc)
+    if world != 4 and sc["launcher"] != "srun":
+        raise ValueError("world sizes other than 4 are for the srun launcher only")
+    tasks = {4: "#SBATCH --ntasks-per-node=2", 6: "#SBATCH --ntasks=6\n#SBATCH --overcommit",
+             3: "#SBATCH --ntasks=3"}[world]
     if sc["launcher"] == "srun":
         launch = f"srun{kflag} {PY} -u {TRAIN} {a}"
     else:
@@ -211,7 +250,7 @@ def job_script(sid, sc, jobdir: Path) -> str:
     return f"""#!/bin/bash
 #SBATCH --job-name={sid}
 #SBATCH --nodes=2
-#SBATCH --ntasks-per-node=2
+{tasks}
 #SBATCH --partition={part}
 #SBATCH --output=slurm-%j.out
 #SBATCH --chdir={jobdir}
@@ -424,13 +463,14 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     say(f"{sid}: submitted job {jid}")
     high_jid = None
     try:
-        ok = wait_for(lambda: all(rank_pid(jobdir, k)[0] for k in range(4)), 120, 0.2)
+        world = world_of(sc)
+        ok = wait_for(lambda: all(rank_pid(jobdir, k)[0] for k in range(world)), 120, 0.2)
         if not ok:
             notes.append("not all ranks started within 120 s")
-        pids = {k: rank_pid(jobdir, k) for k in range(4)}
+        pids = {k: rank_pid(jobdir, k) for k in range(world)}
         for k, (pid, node) in pids.items():
-            if node and node != RANK_NODE[k]:
-                notes.append(f"rank {k} ran on {node}, expected {RANK_NODE[k]}")
+            if node and node != rank_node(sc, k):
+                notes.append(f"rank {k} ran on {node}, expected {rank_node(sc, k)}")
         tgt = sc["ranks"][0] if sc["ranks"] else None
         tpid = pids[tgt][0] if tgt is not None else None
         at = sc.get("at", 0)
@@ -455,8 +495,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                      f"memory.limit_in_bytes=1200MiB at {iso(utcnow())}; the program leaks 128 MiB/step "
                      f"from iteration {at} on that rank")
         elif kind in ("sigstop", "sigstop_late_cont", "nodekill", "iptables", "cpu_starve",
-                      "scancel", "preempt_cancel", "preempt_requeue"):
-            wr = tgt if tgt is not None else 3
+                      "scancel", "scancel_step", "preempt_cancel", "preempt_requeue"):
+            wr = tgt if tgt is not None else world - 1
             if not wait_progress(jobdir, wr, at):
                 notes.append(f"rank {wr} never reached iteration {at}")
             t_inj = utcnow()
@@ -465,14 +505,14 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                 fault = f"kill -STOP {tpid} (rank {tgt}) at {iso(t_inj)} (after iteration {at})"
                 ff = (t_inj, tgt, f"SIGSTOP of rank {tgt} right after its progress line for iteration {at}")
                 if kind == "sigstop_late_cont":
-                    peers = [k for k in range(4) if k != tgt]
+                    peers = [k for k in range(world) if k != tgt]
                     hit = wait_for(lambda: any(" failed: " in rank_log(jobdir, k) for k in peers),
                                    PG_TIMEOUT + 60, 0.2)
                     time.sleep(3)
                     os.kill(tpid, signal.SIGCONT)
                     fault += f"; kill -CONT {tpid} at {iso(utcnow())} ({'3 s after the first peer timed out' if hit else 'no peer error seen'})"
             elif kind == "nodekill":
-                node = RANK_NODE[tgt]
+                node = rank_node(sc, tgt)
                 victims = [pids[k][0] for k in sc["ranks"]]
                 if sc["launcher"] == "torchrun":
                     ag = agent_pid_of(victims[0])
@@ -517,6 +557,10 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                 sh(["scancel", jid])
                 fault = f"scancel {jid} at {iso(t_inj)} (after iteration {at})"
                 ff = (t_inj, None, "user scancel")
+            elif kind == "scancel_step":
+                sh(["scancel", f"{jid}.0"])
+                fault = f"scancel {jid}.0 (the job's step only; the batch script goes on) at {iso(t_inj)} (after iteration {at})"
+                ff = (t_inj, None, "user scancel of the job's step")
             elif kind in ("preempt_cancel", "preempt_requeue"):
                 hj = sh(["sbatch", "--parsable", "-p", "high", "-N2", "--ntasks-per-node=2", "-J", "urgent",
                          "-o", str(LAB / "jobs" / f"urgent-{sid}-%j.out"), "--wrap", "srun sleep 15"], check=True)
@@ -550,7 +594,7 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             except Exception as e:  # noqa: BLE001
                 say(f"cleanup failed: {e!r}")
     # a stopped rank that survived (no -K) must not linger
-    for k in range(4):
+    for k in range(world_of(sc)):
         pid = rank_pid(jobdir, k)[0]
         if pid and Path(f"/proc/{pid}").exists():
             try:
@@ -660,9 +704,11 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
 
     # ---- truth
     kind = sc["kind"]
-    logs = {k: rank_log(jobdir, k) for k in range(4)}
+    logs = {k: rank_log(jobdir, k) for k in range(world_of(sc))}
     ranks = sc["ranks"]
-    nodes = sorted({RANK_NODE[k] for k in ranks})
+    # the node each rank really ran on (its own `started pid=N node=X` line), else the planned layout
+    ran_on = {k: rank_pid(jobdir, k)[1] or rank_node(sc, k) for k in range(world_of(sc))}
+    nodes = sorted({ran_on[k] for k in ranks})
     if kind in ("exception", "shape", "collmismatch"):
         r0 = ranks[0]
         ff = program_fault_first(logs, r0, sc["at"])
@@ -713,7 +759,7 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     first_failure = None
     if ff:
         t, r0, what = ff
-        first_failure = {"node": RANK_NODE[r0] if r0 is not None else None, "rank": r0, "time": iso(t),
+        first_failure = {"node": ran_on[r0] if r0 is not None else None, "rank": r0, "time": iso(t),
                          "tolerance_s": 30, "what": what}
     st = job_state(jid)
     truth = {
@@ -722,8 +768,10 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "job_id": jid, "job_state": st.get("JobState"), "exit_code": st.get("ExitCode"),
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
-        "torch_distributed_debug": debug_of(sc), "held_out": sid in HELD_OUT or sid in HELD_OUT_3,
-        "held_out_round": 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2 else 1 if sid in HELD_OUT else None,
+        "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
+        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4,
+        "held_out_round": (4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
+                           else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
@@ -749,6 +797,7 @@ def main():
     ap.add_argument("--held-out", action="store_true", help="only the held-out rounds (HELD_OUT)")
     ap.add_argument("--held-out-2", action="store_true", help="only the second held-out round (HELD_OUT_2)")
     ap.add_argument("--held-out-3", action="store_true", help="only the third held-out round (HELD_OUT_3)")
+    ap.add_argument("--held-out-4", action="store_true", help="only the fourth held-out round (HELD_OUT_4)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -759,7 +808,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")
