@@ -55,6 +55,21 @@ def test_the_barrier_names_a_rank_that_came_back_late():
     assert f.evidence[0].time is not None and f.evidence[0].line == 10  # where it stopped, not where it came back
 
 
+def test_a_rank_that_reads_the_close_seconds_after_its_peers_timed_out_was_not_waiting():
+    # no barrier (DETAIL off): rank 1 was stopped; ranks 0, 2, 3 timed out waiting in the ring,
+    # closed their pairs, and rank 1, resumed 3 s later, read the close (sigstop_late_cont_rank1_nodebug_srun)
+    closed = dict(source="pytorch", kind="network_error", severity="error", rank=1, host="n1", t=33.5, line=40,
+                  file="logs/rank1.log", message="Connection closed by peer [127.0.0.1]:919", attrs={"transport": "gloo", "status": "closed"})
+    waits = [_timeout(0, 30.2), dict(_timeout(2, 30.25), attrs={"transport": "gloo", "wait": "send", "timeout_ms": 30000}),
+             _timeout(3, 30.24)]
+    (f,) = silent_ranks(make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *waits, closed), 4)
+    assert (f.rule_id, f.cause, f.ranks, f.hosts, f.weight) == ("silent-ranks", "node_failure", (1,), ("n1",), RANK_WEIGHT)
+    assert f.evidence[0].rank == 1 and f.evidence[0].line == 10  # where it stopped, not where it came back
+    # the same close read within milliseconds: a live rank blocked on the pair (a cut link), no culprit
+    (g,) = silent_ranks(make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *waits, dict(closed, t=30.21)), 4)
+    assert (g.rule_id, g.ranks) == ("mutual-timeout", ())
+
+
 def test_a_named_rank_that_timed_out_too_was_cut_off():
     barrier = dict(source="pytorch", kind="desync_report", severity="error", rank=0, host="n1", t=30.1, line=30,
                    file="logs/rank0.log", message="[Rank 0]: Rank 3 failed to pass monitoredBarrier in 30000 ms",
@@ -72,6 +87,25 @@ def test_the_first_task_to_die_of_sigkill_names_its_node():
     (f,) = first_killed(make_events(*[_progress(r, 0.0) for r in range(4)], killed, term), 4)
     assert (f.cause, f.hosts, f.ranks) == ("node_failure", ("n2",), (2, 3))
     assert f.evidence[0].line == 50
+
+
+def test_a_sigkill_the_scheduler_was_asked_for_is_not_the_node():
+    # scancel of the step (fixtures/recorded/scancel_step_torchrun): sacct records the requester of a
+    # SIGKILL only; srun's own kill after a bad exit leaves the step a plain CANCELLED
+    killed = dict(source="slurm", kind="process_exit", severity="error", host="n1", t=10.0, line=91, file="slurm-85.out",
+                  message="srun: error: n1: task 0: Killed", attrs={"hosts": ["n1"], "tasks": [0], "signal": "SIGKILL"})
+    step = dict(source="sacct", kind="job_state", severity="warning", t=10.5, line=4, file="sacct.txt",
+                message="85.0|bash||CANCELLED by 0|0:9||", attrs={"job_id": "85", "step": "0", "state": "CANCELLED", "state_by_uid": 0})
+    plain = dict(step, message="85.0|bash||CANCELLED|0:9||", attrs={"job_id": "85", "step": "0", "state": "CANCELLED"})
+    prog = [_progress(r, 0.0) for r in range(4)]
+    assert first_killed(make_events(*prog, killed, step), 4) == []
+    assert first_killed(make_events(*prog, killed, dict(step, attrs={"job_id": "85", "step": "0", "state": "CANCELLED",
+                                                                     "kill_request_user": "root"})), 4) == []
+    (f,) = first_killed(make_events(*prog, killed, plain), 4)
+    assert f.hosts == ("n1",)
+    # a failed node: slurmctld killed the step itself and is the requester
+    node_fail = dict(step, message="85|train||NODE_FAIL|0:0||", attrs={"job_id": "85", "step": None, "state": "NODE_FAIL"})
+    assert len(first_killed(make_events(*prog, killed, step, node_fail), 4)) == 1
 
 
 def test_a_kill_after_ranks_complained_is_not_the_first_failure():

@@ -68,7 +68,11 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     cut = _isolated_coordinator(loss, own, seen)
     if cut is not None:
         return [_cut_off_finding(ev, own, loss, *cut)]
-    mutual = _mutual_timeout(loss, seen, events, world)
+    # A rank that first spoke well after its peers had all timed out was not waiting with them:
+    # it was silent when they gave up (stopped and resumed, or not in the collective at all).
+    late = _late_closers(loss, seen)
+    reporters -= late
+    mutual = None if late else _mutual_timeout(loss, seen, events, world)
     if mutual is not None:
         return [mutual]
     named = _named_lagging(loss)
@@ -154,6 +158,43 @@ CUT_WEIGHT = 0.5  # one rank cut off, read from who waited on whom (no rank was 
 # monitoredBarrier, but received errors while waiting for send/recv from rank 0. ..."; rank 0 waits
 # for every other rank and raises "Ranks a, b, c failed to pass monitoredBarrier in T ms".
 _REACHED_BARRIER = "successfully reached monitoredBarrier"
+
+
+LATE_CLOSE_S = 1.0  # a live rank waiting on a pair sees its peer's close within milliseconds
+
+
+def _late_closers(loss: pl.DataFrame, seen: set[int]) -> set[int]:
+    """Ranks whose first word was gloo's ``Connection closed by peer`` more than
+    :data:`LATE_CLOSE_S` after every other rank of the job had timed out waiting.
+
+    A gloo timeout is raised by the waiting rank itself (``unbound_buffer.cc`` waitRecv /
+    waitSend), which first closes every pair of its process (``signalException``); a peer
+    blocked on one of those pairs reads the close at once (``pair.cc`` ``Connection closed by
+    peer``), milliseconds after the timeout (every recorded cut-link run: within 0.2 s, some
+    before the timeout's own line). A rank that was waiting in the same collective would also
+    have timed out by then (its wait began with theirs). So a rank that reads the close seconds
+    later was not in a wait at all while its peers gave up on it: stopped (SIGSTOP, a hung
+    kernel call) and resumed, or outside the collective. It is the one they waited for. Only
+    without a barrier report (which names the late rank itself) and only when the rest of the
+    job, more than half of it, timed out together."""
+    if loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
+        return set()
+    first: dict[int, dict[str, Any]] = {}
+    for row in loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"]).iter_rows(named=True):
+        first.setdefault(int(row["rank"]), row)
+    if set(first) != seen or len(first) < 3:
+        return set()
+    a = {r: attrs_of(row["attrs"]) for r, row in first.items()}
+    if any(x.get("transport") != "gloo" for x in a.values()):
+        return set()
+    timed = [r for r, row in first.items() if row["kind"] == Kind.COLLECTIVE_TIMEOUT.value]
+    closed = [r for r, row in first.items() if row["kind"] == Kind.NETWORK_ERROR.value and a[r].get("status") == "closed"]
+    if len(timed) + len(closed) != len(first) or len(timed) * 2 <= len(first):
+        return set()
+    wave = [first[r]["time"] for r in timed]
+    if (max(wave) - min(wave)).total_seconds() > PARTITION_SLACK_S:
+        return set()
+    return {r for r in closed if (first[r]["time"] - max(wave)).total_seconds() > LATE_CLOSE_S}
 
 
 def _isolated_coordinator(loss: pl.DataFrame, own: pl.DataFrame, seen: set[int]) -> tuple[int, str, list[dict[str, Any]]] | None:
@@ -389,6 +430,27 @@ def _evidence(r: dict[str, Any]) -> Evidence:
 
 
 
+SCHEDULER_ENDS = ("NODE_FAIL", "TIMEOUT", "PREEMPTED", "REQUEUED", "DEADLINE", "OUT_OF_MEMORY", "BOOT_FAIL")
+
+
+def _step_kill_requested(events: pl.DataFrame) -> bool:
+    """sacct shows a step CANCELLED with its requester (``CANCELLED by <uid>``; ``--json``:
+    ``kill_request_user``): slurmctld saves the requester of a step's kill only when the signal
+    is SIGKILL (``stepmgr.c``), as ``scancel <job>.<step>`` sends; srun's kill after a bad exit
+    (``SIG_TERM_KILL``) leaves none. Then the tasks' SIGKILL was asked for, not the node's doing.
+    Not when the scheduler ended the job itself (a failed node's steps are killed by slurmctld,
+    whose uid is then the requester)."""
+    st = events.filter((pl.col("kind") == Kind.JOB_STATE.value) & (pl.col("source") == "sacct"))
+    rows = [attrs_of(raw) for raw in st["attrs"].drop_nulls().to_list()[:100_000]]
+    if any(a.get("state") in SCHEDULER_ENDS for a in rows):
+        return False
+    for a in rows:
+        if a.get("step") is not None and a.get("state") == "CANCELLED" and (
+                a.get("state_by_uid") is not None or a.get("kill_request_user")):
+            return True
+    return False
+
+
 KILLED_WEIGHT = 0.45  # below any OOM-killer or hardware line, which say why
 TERMINATING = ("SIGTERM", "SIGINT", "SIGHUP")
 
@@ -410,7 +472,7 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return []
     first = exits.row(0, named=True)
     a = attrs_of(first["attrs"])
-    if a.get("signal") != "SIGKILL":
+    if a.get("signal") != "SIGKILL" or _step_kill_requested(events):
         return []
     t0 = first["time"]
     # Ranks that complained before the kill had seen trouble first: not this pattern.
