@@ -65,6 +65,8 @@ def test_a_rank_that_reads_the_close_seconds_after_its_peers_timed_out_was_not_w
     (f,) = silent_ranks(make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *waits, closed), 4)
     assert (f.rule_id, f.cause, f.ranks, f.hosts, f.weight) == ("silent-ranks", "node_failure", (1,), ("n1",), RANK_WEIGHT)
     assert f.evidence[0].rank == 1 and f.evidence[0].line == 10  # where it stopped, not where it came back
+    assert f.evidence[1].line == 40 and "was not waiting in the collective" in f.title  # and when it spoke again
+    assert f.first_time == f.evidence[0].time
     # the same close read within milliseconds: a live rank blocked on the pair (a cut link), no culprit
     (g,) = silent_ranks(make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *waits, dict(closed, t=30.21)), 4)
     assert (g.rule_id, g.ranks) == ("mutual-timeout", ())

@@ -118,6 +118,10 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         weight = NAMED_WEIGHT if set(ranks) & named else RANK_WEIGHT
         if set(ranks) & named:
             title = f"Rank {', '.join(map(str, ranks))} stopped answering: the barrier named it as the rank that did not arrive, while {len(peers)} peer rank(s) failed waiting"
+        elif set(ranks) <= late:
+            title = (f"Rank {', '.join(map(str, ranks))} fell silent while {len(peers)} peer rank(s) timed out waiting for it, "
+                     "and read their closed connections only seconds after they gave up: it was not waiting in the "
+                     "collective (stopped and resumed, or elsewhere)")
         else:
             title = f"Rank {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed waiting for it"
     cause = "node_failure"
@@ -130,6 +134,9 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
             "for each other at the same time, and the others named it as the rank that did not arrive"
         )
     rows = [last[r] for r in order if r in ranks] + [last[r] for r in order if r not in ranks]
+    if late & set(ranks):  # the late close itself: when the rank spoke again
+        closes = loss.filter(pl.col("rank").is_in(sorted(late & set(ranks))) & pl.col("time").is_not_null()).sort("time")
+        rows[len(ranks):len(ranks)] = [dict(r, _t=_ns(r["time"])) for r in closes.group_by("rank", maintain_order=True).first().iter_rows(named=True)]
     evidence = tuple(_evidence(r) for r in rows[:MAX_EVIDENCE])
     times = [r["_t"] for r in rows if r["_t"] is not None and r["rank"] in ranks]
     explanation = (
