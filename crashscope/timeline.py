@@ -128,6 +128,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = date_year_less(ev, warnings)
     ev = ev.with_row_index("_id")
     ev = _hosts_from_paths(ev)
+    ev = _fold_host_case(ev)
     ev = _resolve_ranks(ev)
     ev = _resolve_gpus(ev)
     ev = _kernel_clock(ev, warnings)
@@ -436,6 +437,29 @@ def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     ev = ev.join(m, on="rank", how="left")
     fill = (pl.col("source") == "applog") & pl.col("host").is_null()
     return ev.with_columns(pl.when(fill).then(pl.col("_oh")).otherwise(pl.col("host")).alias("host")).drop("_oh")
+
+
+def _fold_host_case(ev: pl.DataFrame) -> pl.DataFrame:
+    """One spelling per host: host names are case-insensitive (RFC 4343), and one job's files
+    spell the same node differently (srun's ``error: Orion-01-01: task 4`` beside the step
+    banner's ``orion-01-01``). The lower-case spelling wins where a file has it (the DNS
+    canonical form), else the most frequent one."""
+    counts = ev["host"].drop_nulls().value_counts()
+    if counts.height < 2:
+        return ev
+    by_fold: dict[str, list[tuple[str, int]]] = {}
+    for h, n in counts.iter_rows():
+        by_fold.setdefault(h.lower(), []).append((h, n))
+    mapping = {}
+    for low, spellings in by_fold.items():
+        if len(spellings) < 2:
+            continue
+        names = {h for h, _ in spellings}
+        keep = low if low in names else max(spellings, key=lambda s: (s[1], s[0]))[0]
+        mapping.update({h: keep for h in names if h != keep})
+    if not mapping:
+        return ev
+    return ev.with_columns(pl.col("host").replace(mapping))
 
 
 def _hosts_by_elimination(ev: pl.DataFrame) -> pl.DataFrame:

@@ -313,3 +313,12 @@ def test_a_kernel_oom_kill_of_a_pid_a_rank_stated_lands_on_that_rank() -> None:
     tl = _tl(frames)
     kill = tl.events.filter(pl.col("kind") == "host_oom").row(0, named=True)
     assert kill["rank"] == 3 and kill["host"] == "n2"
+
+
+def test_one_host_spelled_in_two_cases_is_one_host() -> None:
+    # srun's 'error: Orion-01-01: task 4' and the step banner's 'orion-01-01' are the same node.
+    frames = [_timeout(r, "orion-01-01" if r % 2 else "Orion-01-01", 600 + r) for r in range(4)]
+    frames += [_timeout(4, "GPU-N7", 610), _timeout(5, "GPU-N7", 611), _timeout(6, "gpu-n8", 612)]
+    tl = _tl(frames)
+    assert tl.hosts == ["GPU-N7", "gpu-n8", "orion-01-01"]  # lower case wins where a file has it; distinct hosts stay
+    assert set(tl.events["host"].to_list()) == {"GPU-N7", "gpu-n8", "orion-01-01"}
