@@ -72,6 +72,21 @@ def test_a_rank_that_reads_the_close_seconds_after_its_peers_timed_out_was_not_w
     assert (g.rule_id, g.ranks) == ("mutual-timeout", ())
 
 
+def test_torchruns_summary_of_the_late_rank_is_not_when_it_spoke():
+    # torchrun's ChildFailedError block (a '[1]:' entry, then the rank's error.json traceback) is printed by
+    # the agent; its unstamped lines may take a neighbouring stamp (sigstop_late_cont_rank3_info_torchrun)
+    closed = dict(source="pytorch", kind="network_error", severity="error", rank=3, host="n2", t=33.3, line=16,
+                  file="logs/rank3.log", message="Connection closed by peer [127.0.0.1]:8877", attrs={"transport": "gloo", "status": "closed"})
+    report = dict(source="pytorch", kind="root_cause_report", severity="error", rank=3, host="n2", t=33.0, line=200,
+                  file="slurm-87.out", message="rank      : 3 (local_rank: 1)", attrs={"root": False, "rank": 3})
+    echo = dict(closed, t=30.0, line=216, file="slurm-87.out")
+    root = dict(report, rank=2, line=220, t=30.0, attrs={"root": True, "rank": 2})
+    waits = [_timeout(0, 30.2), _timeout(1, 30.22), dict(_timeout(2, 30.21), attrs={"transport": "gloo", "wait": "send", "timeout_ms": 30000})]
+    (f,) = silent_ranks(make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *waits, closed, report, echo, root), 4)
+    assert (f.rule_id, f.cause, f.ranks) == ("silent-ranks", "node_failure", (3,))
+    assert f.evidence[0].line == 10 and f.evidence[1].line == 16  # its own lines, not the agent's summary
+
+
 def test_a_named_rank_that_timed_out_too_was_cut_off():
     barrier = dict(source="pytorch", kind="desync_report", severity="error", rank=0, host="n1", t=30.1, line=30,
                    file="logs/rank0.log", message="[Rank 0]: Rank 3 failed to pass monitoredBarrier in 30000 ms",

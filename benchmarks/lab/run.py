@@ -169,10 +169,20 @@ HELD_OUT_4 = {
     "completed_ddp_megatron_srun": S("completed", "srun", "none", fmt="megatron", ddp=True, iters=40),
     "scancel_step_torchrun": S("scancel_step", "torchrun", "preemption", at=14, fmt="plain", debug=None),
 }
+# Fifth round: the two readings added after round 4 (a rank that reads its peers' close seconds late was
+# not waiting; a step cancelled at a user's request), on runs they were not written from.
+HELD_OUT_5 = {
+    "sigstop_late_cont_rank3_info_torchrun": S("sigstop_late_cont", "torchrun", "node_failure", [3], at=11,
+                                               fmt="hf", debug="INFO"),
+    "sigstop_late_cont_rank2_ddp_nodebug_srun": S("sigstop_late_cont", "srun", "node_failure", [2], at=14,
+                                                  fmt="plain", ddp=True, debug=None),
+    "scancel_step_w3_srun": S("scancel_step", "srun", "preemption", at=10, fmt="megatron", world=3),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
 SCENARIOS.update(HELD_OUT_4)
+SCENARIOS.update(HELD_OUT_5)
 
 
 def world_of(sc) -> int:
@@ -769,8 +779,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
-        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4,
-        "held_out_round": (4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
+        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5,
+        "held_out_round": (5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
                            else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
@@ -798,6 +808,7 @@ def main():
     ap.add_argument("--held-out-2", action="store_true", help="only the second held-out round (HELD_OUT_2)")
     ap.add_argument("--held-out-3", action="store_true", help="only the third held-out round (HELD_OUT_3)")
     ap.add_argument("--held-out-4", action="store_true", help="only the fourth held-out round (HELD_OUT_4)")
+    ap.add_argument("--held-out-5", action="store_true", help="only the fifth held-out round (HELD_OUT_5)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -808,7 +819,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")

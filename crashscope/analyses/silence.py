@@ -70,8 +70,11 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return [_cut_off_finding(ev, own, loss, *cut)]
     # A rank that first spoke well after its peers had all timed out was not waiting with them:
     # it was silent when they gave up (stopped and resumed, or not in the collective at all).
-    late = _late_closers(loss, seen)
+    reports = events.filter(pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value)
+    late = _late_closers(loss, seen, reports)
     reporters -= late
+    if late:  # where and when the late rank stopped: from the ranks' own lines, not torchrun's summary of them
+        own, loss = _own_words(own, reports), _own_words(loss, reports)
     mutual = None if late else _mutual_timeout(loss, seen, events, world)
     if mutual is not None:
         return [mutual]
@@ -170,7 +173,27 @@ _REACHED_BARRIER = "successfully reached monitoredBarrier"
 LATE_CLOSE_S = 1.0  # a live rank waiting on a pair sees its peer's close within milliseconds
 
 
-def _late_closers(loss: pl.DataFrame, seen: set[int]) -> set[int]:
+def _own_words(loss: pl.DataFrame, reports: pl.DataFrame | None) -> pl.DataFrame:
+    """``loss`` without the lines of torchrun's failure summary (``ChildFailedError``: a
+    ``[n]:`` block per failed rank, ``time : ...`` then the rank's error.json traceback):
+    torchrun's agent prints them when it reports, so their time is the agent's, not when
+    the rank spoke. A block runs from its report line to the next report in that file."""
+    if reports is None or reports.height == 0:
+        return loss
+    drop: list[tuple[str, int, int]] = []
+    for key, g in reports.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null()).group_by("file"):
+        lines = sorted(int(x) for x in g["line"].to_list())
+        for a, b in zip(lines, lines[1:] + [lines[-1] + 200]):
+            drop.append((str(key[0]), a, b))
+    if not drop:
+        return loss
+    keep = pl.lit(True)
+    for name, a, b in drop[:1000]:
+        keep = keep & ~((pl.col("file") == name) & (pl.col("line") > a) & (pl.col("line") < b))
+    return loss.filter(keep)
+
+
+def _late_closers(loss: pl.DataFrame, seen: set[int], reports: pl.DataFrame | None = None) -> set[int]:
     """Ranks whose first word was gloo's ``Connection closed by peer`` more than
     :data:`LATE_CLOSE_S` after every other rank of the job had timed out waiting.
 
@@ -187,7 +210,7 @@ def _late_closers(loss: pl.DataFrame, seen: set[int]) -> set[int]:
     if loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
         return set()
     first: dict[int, dict[str, Any]] = {}
-    for row in loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"]).iter_rows(named=True):
+    for row in _own_words(loss, reports).filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"]).iter_rows(named=True):
         first.setdefault(int(row["rank"]), row)
     if set(first) != seen or len(first) < 3:
         return set()
