@@ -197,6 +197,9 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         elif (first_down := _first_observed_failure(ev)) is not None:
             # No cause, no hang suspect: the process torchelastic saw fail first is where to look.
             v.implicated = first_down
+        elif killed := [f for f in symptoms if f.rule_id == "first-killed" and f.hosts]:
+            # ... or the one task that was killed first
+            v.implicated = Implicated(nodes=sorted(killed[0].hosts), ranks=sorted(killed[0].ranks))
         v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
         if symptoms:
             first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))

@@ -106,11 +106,25 @@ def test_the_first_task_to_die_of_sigkill_names_its_node():
     assert f.evidence[0].line == 50
 
 
+def test_one_task_killed_beside_living_tasks_is_not_the_node():
+    # The OOM killer takes one process; a whole node going away takes all its tasks.
+    def kill(tasks: list[int], host: str = "n1") -> dict:
+        return dict(source="slurm", kind="process_exit", severity="error", host=host, t=10.0, line=50, file="slurm-8.out",
+                    message=f"srun: error: {host}: task {tasks[0]}: Killed", attrs={"hosts": [host], "tasks": tasks, "signal": "SIGKILL"})
+    prog = [_progress(r, 0.0) for r in range(4)]
+    for ev in (make_events(*prog, kill([0])), make_events(kill([0]))):  # rank 1 ran on n1 too; nothing says what else ran there
+        (f,) = first_killed(ev, 4)
+        assert (f.role, f.hosts, f.ranks) == ("symptom", ("n1",), (0,))  # where to look, not a cause
+    alone = [dict(_progress(r, 0.0), host="n1" if r < 2 else "n2") for r in range(3)]  # world 3: rank 2 alone on n2
+    (f,) = first_killed(make_events(*alone, kill([2], "n2")), 3)
+    assert (f.role, f.hosts, f.ranks) == ("cause", ("n2",), (2,))
+
+
 def test_a_sigkill_the_scheduler_was_asked_for_is_not_the_node():
     # scancel of the step (fixtures/recorded/scancel_step_torchrun): sacct records the requester of a
     # SIGKILL only; srun's own kill after a bad exit leaves the step a plain CANCELLED
     killed = dict(source="slurm", kind="process_exit", severity="error", host="n1", t=10.0, line=91, file="slurm-85.out",
-                  message="srun: error: n1: task 0: Killed", attrs={"hosts": ["n1"], "tasks": [0], "signal": "SIGKILL"})
+                  message="srun: error: n1: tasks 0-1: Killed", attrs={"hosts": ["n1"], "tasks": [0, 1], "signal": "SIGKILL"})
     step = dict(source="sacct", kind="job_state", severity="warning", t=10.5, line=4, file="sacct.txt",
                 message="85.0|bash||CANCELLED by 0|0:9||", attrs={"job_id": "85", "step": "0", "state": "CANCELLED", "state_by_uid": 0})
     plain = dict(step, message="85.0|bash||CANCELLED|0:9||", attrs={"job_id": "85", "step": "0", "state": "CANCELLED"})

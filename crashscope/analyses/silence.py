@@ -516,12 +516,23 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
         ranks = sorted(r for r, h in host_of.items() if h in hosts)
     else:
         ranks = sorted(t for t in a.get("tasks") or [] if isinstance(t, int))
+    # The OOM killer takes one process: one task killed while tasks beside it on the same node
+    # lived on (or with no word on what else ran there) says where to look, not that the node
+    # failed. Then it is a symptom: the first failure and the suspect, no cause.
+    on_host = {r for r, h in host_of.items() if h in hosts}
+    alone = not under_torchrun(events) and bool(a.get("tasks")) and len(ranks) < 2 and not (on_host and on_host <= set(ranks))
     later = [attrs_of(x).get("signal") for x in exits["attrs"].drop_nulls().to_list()[1:]]
-    title = (
-        f"The processes on {', '.join(hosts)} were the first to die, killed by SIGKILL, "
-        f"before any rank reported an error; the launcher then stopped the others"
-        + (" (SIGTERM)" if any(s in TERMINATING for s in later) else "")
-    )
+    if alone:
+        title = (
+            f"Task {', '.join(str(r) for r in ranks)} on {', '.join(hosts)} was the first to die, killed by SIGKILL, before "
+            f"any rank reported an error; one killed task does not say why: the OOM killer, an administrator or a limit"
+        )
+    else:
+        title = (
+            f"The processes on {', '.join(hosts)} were the first to die, killed by SIGKILL, "
+            f"before any rank reported an error; the launcher then stopped the others"
+            + (" (SIGTERM)" if any(s in TERMINATING for s in later) else "")
+        )
     ev = Evidence(
         time=None if t0 is None else int(t0.timestamp() * 1_000_000_000),
         host=hosts[0], rank=ranks[0] if ranks else None, gpu=None, gpu_index=None, file=first["file"] or "",
@@ -529,7 +540,8 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     )
     return [
         Finding(
-            rule_id="first-killed", title=title, cause="node_failure", role="cause", status="stable", weight=KILLED_WEIGHT,
+            rule_id="first-killed", title=title, cause="node_failure", role="symptom" if alone else "cause", status="stable",
+            weight=KILLED_WEIGHT,
             first_time=ev.time, count=1, hosts=tuple(hosts), ranks=tuple(ranks), gpus=(), evidence=(ev,),
             explanation=(
                 "A SIGKILL that nobody in the job sent: the kernel's OOM killer, an administrator, or the node "
