@@ -5,7 +5,7 @@ a throughput collapse. Events are built in code; the texts are those real runs w
 from __future__ import annotations
 
 from crashscope.analyses.progress import throughput_collapse
-from crashscope.analyses.silence import NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks
+from crashscope.analyses.silence import MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks
 from tests.factories import make_events
 
 GLOO_TIMEOUT = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete"
@@ -200,7 +200,9 @@ def _mutual(waits: str, ops: tuple[str, ...] = ("gloo:all_reduce",) * 4, fr: boo
         ev += [_fr(r, s, "gloo:all_reduce", t=-0.3 + s / 100) for r in range(4) for s in (31, 32)]
         ev += [_fr(r, 33, ops[r]) for r in range(4)]
     (f,) = silent_ranks(make_events(*ev), 4)
-    assert (f.rule_id, f.cause, f.ranks, f.hosts) == ("mutual-timeout", "fabric_timeout", (), ())  # never a culprit
+    assert (f.rule_id, f.cause, f.ranks) == ("mutual-timeout", "fabric_timeout", ())  # never a culprit rank
+    # a node only when the link the waits name lies inside it (both ends there)
+    assert f.hosts in ((), ("n1",), ("n2",)) and (not f.hosts) == ("inside one node" not in f.title), f.title
     return f
 
 
@@ -208,8 +210,37 @@ def test_a_send_timeout_beside_its_receivers_recv_timeout_names_the_link_not_a_r
     # rank 1 sends to rank 0 in the ring; it timed out on that send, rank 0 on that receive
     f = _mutual("recv send recv recv")
     assert "on the link between rank 0 (n1) and rank 1 (n1)" in f.title
-    assert "so no culprit is named" in f.explanation and f.actions[0].startswith("Start with the path between rank 0")
+    assert "so no culprit rank is named" in f.explanation and f.actions[0].startswith("Start with the path between rank 0")
     assert {f.evidence[0].rank, f.evidence[1].rank} == {0, 1}  # the link's two ends first
+
+
+def test_a_broken_link_inside_one_node_implicates_that_node_and_no_rank():
+    # ranks 0 and 1 both run on n1: whichever end was cut (iptables_rank0_nodebug_srun: rank 0), it is on n1
+    f = _mutual("recv send recv recv")
+    assert (f.hosts, f.ranks, f.weight) == (("n1",), (), MUTUAL_WEIGHT)  # the confidence stays as it was
+    assert "a link inside one node" in f.title and "Both ends run on n1" in f.explanation and "n1 is implicated, no rank" in f.explanation
+    # rank 3 sends to rank 2 on n2 (iptables_rank2_info_srun: rank 2 cut)
+    assert _mutual("recv recv recv send").hosts == ("n2",)
+
+
+def test_a_broken_link_between_two_nodes_implicates_nothing():
+    f = _mutual("send recv recv recv")  # rank 0 (n1) sends to rank 3 (n2)
+    assert "on the link between rank 3 (n2) and rank 0 (n1)" in f.title
+    assert (f.hosts, f.ranks) == ((), ()) and "inside one node" not in f.title and "implicated" not in f.explanation
+    assert _mutual("recv recv send recv").hosts == ()  # rank 2 (n2) sends to rank 1 (n1)
+    assert _mutual("recv recv recv recv").hosts == ()  # no link, no node
+
+
+def test_the_link_node_comes_from_the_ranks_lines_not_only_the_timeouts():
+    # torchrun's summary lines carry no node: the ranks' own logging headers ([rank 0/4] [n1]) say where they ran
+    ev = [*[_progress(r, 0.0) for r in range(4)], *[dict(_wait(r, w), host=None) for r, w in enumerate("recv send recv recv".split())],
+          *[_fr(r, s, t=-0.3 + s / 100) for r in range(4) for s in (31, 32)], *[_fr(r, 33) for r in range(4)]]
+    (f,) = silent_ranks(make_events(*ev), 4)
+    assert (f.rule_id, f.hosts, f.ranks) == ("mutual-timeout", ("n1",), ())
+    # a rank whose node no line says: its end may be anywhere, so nothing is implicated
+    ev1 = [dict(e, host=None) if e["rank"] == 1 else e for e in ev]
+    (g,) = silent_ranks(make_events(*ev1), 4)
+    assert (g.rule_id, g.hosts) == ("mutual-timeout", ()) and g.title.endswith("link between rank 0 (n1) and rank 1")
 
 
 def test_the_ring_closes_from_rank_zero_to_the_last_rank():
@@ -275,3 +306,9 @@ def test_the_recorded_iptables_runs_name_the_broken_link_and_no_culprit():
         assert got == want, (rid, rep["summary"])
         assert got is None or cut in got, rid  # the cut rank is one end of the link the waits name
         assert (rep["cause"], rep["implicated"]["ranks"]) == ("fabric_timeout", []), rid
+        # a node only when both ends ran on it (then it is the cut rank's): rank0_nodebug_srun (0-1 on n1),
+        # rank2_nodebug_torchrun (2-3 on n2); the links 1-2 and 3-0 cross the nodes
+        ends = {HOST[r] for r in got} if got else set()
+        want_nodes = sorted(ends) if len(ends) == 1 else []
+        assert rep["implicated"]["nodes"] == want_nodes, (rid, rep["implicated"])
+        assert not want_nodes or list(cases[rid].nodes) == want_nodes == [HOST[cut]], rid  # the cut rank's node

@@ -301,9 +301,15 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
              "between them stopped")
     where = ("gloo's texts name no peer, so which link is not known.")
     action = ""
+    hosts: tuple[str, ...] = ()
     if link is not None:
         recv_r, send_r = link
-        ends = [f"rank {r}" + (f" ({first[r]['host']})" if first[r].get("host") else "") for r in (recv_r, send_r)]
+        host_of = _host_of(events.filter(pl.col("rank").is_in(list(link)) & pl.col("host").is_not_null())) if events is not None else {}
+        nodes = {host_of.get(r) for r in link}
+        # both ends on one node (a rank's node: what the lines about it say most often -- its own logging
+        # header, srun's task records, torchrun's node rank): whichever end was cut, it is there
+        node = next(iter(nodes)) if len(nodes) == 1 and None not in nodes else None
+        ends = [f"rank {r}" + (f" ({h})" if (h := first[r].get("host") or host_of.get(r)) else "") for r in (recv_r, send_r)]
         title += f", on the link between {ends[0]} and {ends[1]}"
         where = (f"In gloo's ring allreduce rank {send_r} sends to rank {recv_r} (gloo/allreduce.cc: send to rank-1, receive "
                  f"from rank+1); rank {send_r} timed out on that send and rank {recv_r} on that receive in the same all_reduce "
@@ -311,11 +317,16 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
                  "arrived and the data is written (gloo/transport/tcp/pair.cc), so either rank "
                  f"{recv_r}'s notice or rank {send_r}'s data went unanswered for the whole timeout between two live processes: "
                  "that connection is the break. The texts are the same whichever end lost its network (a cut at "
-                 "either end, or of the link between them), so no culprit is named.")
+                 "either end, or of the link between them), so no culprit rank is named.")
+        if node is not None:
+            hosts = (node,)
+            title += ", a link inside one node"  # the summary adds " on <node>"
+            where += (f" Both ends run on {node} (where Slurm and the ranks' own logs place them), so whichever end "
+                      f"lost its network, that node holds it: {node} is implicated, no rank.")
         action = f"Start with the path between {ends[0]} and {ends[1]}: "
     return Finding(
         rule_id=MUTUAL_RULE_ID, title=title, cause="fabric_timeout", role="cause", status="stable", weight=MUTUAL_WEIGHT,
-        first_time=_ns(min(began)) if began else evidence[0].time, count=len(first), hosts=(), ranks=(), gpus=(),
+        first_time=_ns(min(began)) if began else evidence[0].time, count=len(first), hosts=hosts, ranks=(), gpus=(),
         evidence=evidence,
         explanation=(
             "A gloo timeout is raised by the rank that was waiting, so each of these ranks was alive and in a "
