@@ -198,3 +198,48 @@ def test_timeline_lookups_fill_like_a_whole_frame_join() -> None:
     twice = pl.concat([table, table.head(1).with_columns(pl.lit(7, pl.Int32).alias("_r"))])
     got = _fill_nulls(ev, twice, ["host", "pid"], {"rank": "_r", "gpu": "_g"})
     assert got.height == ev.height + 2 and got.sort(got.columns, nulls_last=True).equals(plain(twice).sort(got.columns, nulls_last=True))
+
+
+@pytest.mark.parametrize("job", [j.name for j in JOBS])
+def test_nccl_env_state_equals_one_row_at_a_time(analysed: dict, job: str) -> None:
+    from crashscope.analyses import nccl_env
+
+    _, ev, _ = analysed[job]
+    assert nccl_env._collect(ev) == nccl_env._collect_rows(ev)
+
+
+def test_nccl_env_state_equals_one_row_at_a_time_on_every_branch() -> None:
+    """Settings (first value kept), a socket line before and after a network line, GPU Direct
+    RDMA both ways, IB devices, a process known by (host, pid), by (host, file) when its pid is
+    0, a host-less one, and attrs that are not JSON."""
+    from crashscope.analyses import nccl_env
+
+    rows = [
+        dict(t=1, rank=0, kind="net_config", attrs={"transport": "env", "setting": "NCCL_IB_TIMEOUT", "value": 14}),
+        dict(t=2, rank=0, kind="net_config", attrs={"transport": "env", "setting": "NCCL_IB_TIMEOUT", "value": 22}),
+        dict(t=3, rank=1, kind="net_config", attrs={"transport": "env", "setting": "NCCL_IB_TIMEOUT", "value": "22"}),
+        dict(t=4, rank=1, kind="net_config", attrs={"transport": "socket"}),
+        dict(t=5, rank=1, kind="net_config", attrs={"transport": "socket", "network": "Socket"}),
+        dict(t=6, rank=1, kind="net_config", attrs={"transport": "socket"}),
+        dict(t=7, rank=2, kind="net_config", attrs={"transport": "ib", "network": "IB"}),
+        dict(t=8, rank=2, kind="net_config", attrs={"transport": "socket"}),
+        dict(t=9, rank=2, kind="net_config", attrs={"transport": "gdr", "network": "IB", "gdr": False}),
+        dict(t=10, rank=2, kind="net_config", attrs={"transport": "gdr", "network": "ib", "gdr": True}),
+        dict(t=11, rank=2, kind="net_config", attrs={"transport": "gdr", "network": "IB", "gdr": True}),
+        dict(t=12, rank=3, host="node002", kind="net_config",
+             attrs={"transport": "ib", "devices": ["mlx5_0:1/RoCE"], "link_layers": ["RoCE"], "oob_iface": "eth0"}),
+        dict(t=13, rank=3, kind="net_config", attrs={"transport": "ib", "devices": [], "link_layers": None}),
+        dict(time=None, rank=None, pid=4242, kind="net_config", attrs={"transport": "env", "setting": "NCCL_DEBUG", "value": "INFO"}),
+        dict(t=14, rank=None, pid=0, file="env/node3.txt", kind="net_config", attrs={"transport": "env", "setting": "NCCL_DEBUG", "value": "WARN"}),
+        dict(t=15, rank=None, host=None, pid=None, file=None, kind="net_config", attrs={"transport": "plugin", "network": "aws-ofi"}),
+        dict(t=16, rank=4, kind="net_config", attrs="{not json"),
+        dict(t=17, rank=4, kind="net_config", attrs=None),
+        dict(t=18, rank=0, kind="log_error", attrs={"transport": "env", "setting": "NCCL_X", "value": 1}),
+    ]
+    ev = make_events(*rows)
+    fast, plain = nccl_env._collect(ev), nccl_env._collect_rows(ev)
+    assert fast == plain
+    assert fast.who["rank 0"].settings["NCCL_IB_TIMEOUT"][0] == "14"
+    assert fast.who["rank 1"].network is not None and fast.who["rank 1"].network[1].time is not None
+    assert set(fast.who["rank 2"].gdr) == {False, True} and fast.ib_present
+    assert {"rank 4", "node001:4242", "node001:env/node3.txt", "?:None"} <= set(fast.who)

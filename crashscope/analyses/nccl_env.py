@@ -125,7 +125,79 @@ def collect(events: pl.DataFrame) -> EnvState:
     return st
 
 
+def _evidences(rows: pl.DataFrame) -> list[Evidence]:
+    """:func:`_evidence` of every row of ``rows``, from its columns as lists."""
+    cols = [rows[c].to_list() for c in ("time", "host", "rank", "gpu", "gpu_index", "file", "line", "source", "kind", "message")]
+    return [
+        Evidence(time=int(t.timestamp() * 1_000_000_000) if t is not None else None, host=h, rank=r, gpu=g, gpu_index=gi,
+                 file=f or "", line=ln, source=str(so), kind=str(k), message=m or "")
+        for t, h, r, g, gi, f, ln, so, k, m in zip(*cols)
+    ]
+
+
 def _collect(events: pl.DataFrame) -> EnvState:
+    """Every process's settings and transport (see :func:`collect`): one pass over the
+    net_config rows' key columns and attrs as plain lists (a JSON decode per row, no row
+    dict), keeping row numbers; the evidence of the rows the state keeps (a few per
+    process) is made at the end. The same state as one :func:`_evidence` per row gave."""
+    st = EnvState()
+    nc = events.filter(pl.col("kind") == Kind.NET_CONFIG.value)
+    settings: dict[str, dict[str, tuple[str, int]]] = {}
+    network: dict[str, tuple[str, int]] = {}
+    gdr: dict[str, dict[bool, int]] = {}
+    ib_row: int | None = None
+    cols = nc.select("rank", "host", "pid", "file", "attrs")
+    for i, (rank, host, pid, file, attrs) in enumerate(zip(*(cols[c].to_list() for c in cols.columns))):
+        try:
+            a = json.loads(attrs) if attrs else {}
+        except ValueError:
+            continue
+        key = f"rank {rank}" if rank is not None else f"{host or '?'}:{pid or file}"
+        w = st.who.get(key)
+        if w is None:
+            w = st.who[key] = Who(key=key, host=host, rank=rank)
+        w.host = w.host or host
+        t = a.get("transport")
+        if t == "env" and a.get("setting"):
+            settings.setdefault(key, {}).setdefault(str(a["setting"]), (str(a.get("value", "")), i))
+        elif t == "ib" and a.get("devices") is not None:
+            w.link_layers.update(a.get("link_layers") or [])
+            w.oob_iface = a.get("oob_iface") or w.oob_iface
+            st.ib_present = True
+            ib_row = i if ib_row is None else ib_row
+        elif t in ("ib", "socket") and a.get("network"):
+            network[key] = (t, i)
+        elif t == "socket" and key not in network:
+            network[key] = ("socket", i)
+        elif t == "gdr":
+            if str(a.get("network", "")).lower() == "ib":
+                gdr.setdefault(key, {}).setdefault(bool(a.get("gdr")), i)
+        elif a.get("network"):
+            network[key] = (str(a["network"]), i)
+    kept = {i for s in settings.values() for _, i in s.values()} | {i for _, i in network.values()}
+    kept |= {i for g in gdr.values() for i in g.values()} | ({ib_row} if ib_row is not None else set())
+    rows = sorted(kept)
+    evs = dict(zip(rows, _evidences(nc[rows]))) if rows else {}
+    for key, w in st.who.items():
+        w.settings = {k: (v, evs[i]) for k, (v, i) in settings.get(key, {}).items()}
+        if key in network:
+            w.network = (network[key][0], evs[network[key][1]])
+        w.gdr = {k: evs[i] for k, i in gdr.get(key, {}).items()}
+    if ib_row is not None:
+        st.ib_evidence = evs[ib_row]
+    if not st.ib_present:
+        ib = events.filter(
+            ((pl.col("kind") == Kind.NETWORK_ERROR.value) & (pl.col("attrs").str.contains('"transport":"ib"', literal=True)))
+            | ((pl.col("kind") == Kind.LINK_EVENT.value) & pl.col("message").str.contains("mlx"))
+        )
+        if ib.height:
+            st.ib_present = True
+            st.ib_evidence = _evidence(ib.row(0, named=True))
+    return st
+
+
+def _collect_rows(events: pl.DataFrame) -> EnvState:
+    """The reference for :func:`_collect`: one row dict and one evidence per net_config row."""
     st = EnvState()
     nc = events.filter(pl.col("kind") == Kind.NET_CONFIG.value)
     for r in nc.iter_rows(named=True):
