@@ -24,6 +24,7 @@ import json
 import logging
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ DECISIVE_MARGIN = 0.15  # causes this close to the strongest weight count as dec
 CONFIDENT_LINE = 0.8  # a verdict at or above this must be right (evaluation.CONFIDENT)
 CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
 RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
+PROGRESS_END_CONFIDENCE = 0.6  # its last iteration ran; the final save or teardown may still have failed
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
 # Findings that say where a rank stopped or hung but not why; they name node_failure only
 # for want of a reason. A finding that says why about the same rank (an Xid, a throttled
@@ -110,7 +112,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     scored = sorted(((score_finding(f, t_fail, before_s), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
     per_cause: dict[str, float] = defaultdict(float)
     best: dict[str, tuple[float, Any]] = {}
-    explained = {id(f) for f in _explained_where(scored)}
+    explained = {id(f) for f in _explained_where(scored, symptoms)}
     for s, f in scored:
         if s <= 0 or id(f) in explained:
             continue
@@ -139,16 +141,24 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.summary = "No recognizable log line was found, so nothing can be said about this job."
         return v
     if not failed and outcome in (None, "COMPLETED"):
-        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev)
+        last_step = None if outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) else _final_step(ev)
+        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) or last_step is not None
         v.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
         if success:
             v.cause = "none"
-            v.confidence = 0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev) else RUN_END_CONFIDENCE
+            v.confidence = (
+                0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev)
+                else PROGRESS_END_CONFIDENCE if last_step is not None else RUN_END_CONFIDENCE
+            )
             v.summary = (
                 "The job completed normally." if outcome == "COMPLETED"
                 else "Every process exited with code 0 and no failure signal was found." if _clean_exits(ev)
+                else f"The trainer's progress reached its last iteration ({last_step}) and no failure signal was found; "
+                "no exit status or scheduler record confirms the end." if last_step is not None
                 else "The run said it finished and no failure signal was found."
             )
+            if last_step is not None:
+                v.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
             return v
         # "none" needs a success signal; logs that say neither are not a clean run.
         v.cause = "unknown"
@@ -300,15 +310,23 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     return v
 
 
-def _explained_where(scored: list[tuple[float, Finding]]) -> list[Finding]:
+def _explained_where(scored: list[tuple[float, Finding]], symptoms: Sequence[Finding] = ()) -> list[Finding]:
     """The where-only findings (``WHERE_ONLY``, cause node_failure) about a rank (else a
-    host) that an in-window finding of another cause names too: that one says why."""
+    host) that an in-window finding of another cause names too: that one says why.
+
+    Also those about ranks that were all killed alone (``first-killed`` as a symptom: one
+    SIGKILLed task whose node-mates lived on): such a rank fell silent because it was
+    killed, which is no failure of its node, and the kill alone does not say why."""
     why = [f for s, f in scored if s >= MIN_CAUSE_SCORE and f.rule_id not in WHERE_ONLY and f.cause != "node_failure"]
-    if not why:
+    killed_alone = {r for f in symptoms if f.rule_id == "first-killed" for r in f.ranks}
+    if not why and not killed_alone:
         return []
     out = []
     for s, f in scored:
         if s <= 0 or f.rule_id not in WHERE_ONLY or f.cause != "node_failure":
+            continue
+        if f.ranks and set(f.ranks) <= killed_alone:
+            out.append(f)
             continue
         for g in why:
             same = set(f.ranks) & set(g.ranks) if f.ranks and g.ranks else set(f.hosts) & set(g.hosts)
@@ -484,6 +502,32 @@ def _clean_exits(ev: pl.DataFrame) -> bool:
             return False
         codes.append(d.get("exitcode"))
     return bool(codes) and all(c in (0, "0") for c in codes)
+
+
+# Progress lines whose total is the whole run's length: Megatron's "iteration N/M" (M is
+# --train-iters, megatron/training/training.py training_log) and NeMo 2's ProgressPrinter
+# ("iteration {n-1}/{max_steps-1}"). A tqdm bar's or an epoch's total is not.
+RUN_TOTAL_FRAMEWORKS = ("megatron", "nemo")
+
+
+def _final_step(ev: pl.DataFrame) -> str | None:
+    """'N/N' when every rank's last progress line of a run-length counter (``RUN_TOTAL_FRAMEWORKS``)
+    reached its total: the trainer ran its last iteration."""
+    st = ev.filter(pl.col("kind") == Kind.TRAIN_STEP.value)
+    if st.height == 0:
+        return None
+    st = st.with_columns(
+        pl.col("attrs").str.json_path_match("$.framework").alias("_fw"),
+        pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False).alias("_step"),
+        pl.col("attrs").str.json_path_match("$.total").cast(pl.Int64, strict=False).alias("_total"),
+    ).filter(pl.col("_fw").is_in(RUN_TOTAL_FRAMEWORKS) & (pl.col("_total") > 0) & pl.col("_step").is_not_null())
+    if st.height == 0:
+        return None
+    last = st.with_columns(pl.col("rank").fill_null(-1)).group_by("rank").agg(pl.col("_step").last(), pl.col("_total").last())
+    if not (last["_step"] >= last["_total"]).all():
+        return None
+    total = last.select(pl.col("_total").max().cast(pl.String)).item()
+    return f"{total}/{total}"
 
 
 def _run_finished(ev: pl.DataFrame) -> bool:

@@ -52,6 +52,33 @@ def test_a_hang_on_a_rank_defers_to_the_reason_found_for_that_rank():
     assert _explained_where([(0.8, hang), (0.7, slow)]) == [hang]
 
 
+def test_a_rank_that_fell_silent_because_it_was_killed_alone_is_no_node_failure():
+    # rank 9 stopped answering, and it was the one task SIGKILLed while its node-mates lived on
+    # (the OOM killer's way): the silence is the kill, and the kill alone does not say why
+    silent = _finding("node_failure", 0.55, t=0, rule="silent-ranks")
+    killed = _finding("node_failure", 0.45, role="symptom", t=1, rule="first-killed")
+    assert _explained_where([(0.55, silent)], [killed]) == [silent]
+    v = decide([silent, killed], _timeline())
+    assert v.cause == "unknown" and v.implicated.ranks == [9] and v.implicated.nodes == ["node002"]
+    # another rank's kill explains nothing about rank 9
+    other = _finding("node_failure", 0.45, role="symptom", t=1, host="node001", rank=1, rule="first-killed")
+    assert _explained_where([(0.55, silent)], [other]) == []
+    assert decide([silent, other], _timeline()).cause == "node_failure"
+
+
+def test_a_run_whose_progress_reached_its_last_iteration_is_none_but_not_sure():
+    def it(rank: int, step: int, total: int = 60, fw: str = "megatron") -> dict:
+        return dict(source="applog", kind="train_step", severity="info", rank=rank, t=float(step),
+                    message=f"iteration {step}/{total} | elapsed time per iteration (ms): 300.0 |",
+                    attrs={"framework": fw, "step": step, "total": total})
+    v = decide([], _timeline(*[it(r, s) for r in (0, 1) for s in (59, 60)]))
+    assert v.cause == "none" and v.confidence < CONFIDENT_LINE and "60/60" in v.summary
+    assert any("exit status" in m for m in v.missing)
+    # a rank that stopped short, a counter whose total is not the run's (an epoch's tqdm bar)
+    assert decide([], _timeline(it(0, 60), it(1, 59))).cause == "unknown"
+    assert decide([], _timeline(it(0, 100, 100, "tqdm"))).cause == "unknown"
+
+
 def test_confidence_is_capped_by_the_most_decisive_line():
     v = decide([_finding("software_error", 0.6)], _timeline())
     assert v.cause == "software_error" and v.confidence <= evidence_cap(0.6) < CONFIDENT_LINE
