@@ -98,3 +98,19 @@ def test_chatter_never_hides_an_event_line() -> None:
     assert len(hits) > 500
     offenders = [ln for ln in hits if any(c in ln for c in CHATTER)]
     assert not offenders, offenders[:5]
+
+
+def test_launcher_prefixes_name_the_rank_and_leave_the_program_line():
+    from crashscope.sources.base import split_prefix
+    # mpirun --tag-output (Open MPI 4: no space; 5 / PRRTE: one space), horovodrun, srun -l, torchrun
+    cases = {
+        "[1,3]<stderr>:Traceback (most recent call last):": (None, None, 3, "Traceback (most recent call last):"),
+        "[1,3]<stdout>: RuntimeError: x": (None, None, 3, "RuntimeError: x"),
+        "[2]<stdout>:  File \"a.py\", line 3, in f": (None, None, 2, " File \"a.py\", line 3, in f"),
+        "[1,2]<stdout>:[rank5]: x": (None, None, 5, "x"),
+        " 3: [default1]:[rank9]:hi": (3, 1, 9, "hi"),
+        "[1,3] <stdout>: not a tag": (None, None, None, "[1,3] <stdout>: not a tag"),
+    }
+    for line, (task, lr, rank, rest) in cases.items():
+        p, text = split_prefix(line)
+        assert (p.task, p.local_rank, p.rank, text) == (task, lr, rank, rest), line

@@ -553,11 +553,15 @@ class LinePrefix:
 
     task: int | None = None  # srun --label task id (SLURM_PROCID)
     local_rank: int | None = None  # torchrun [default3]:
-    rank: int | None = None  # c10 / python [rank3]:
+    rank: int | None = None  # c10 / python [rank3]:, else mpirun's / horovodrun's rank tag
 
 
+# mpirun --tag-output: "[<jobid>,<vpid>]<stdout>:" (Open MPI 4, orte/mca/iof/base/iof_base_setup.c;
+# Open MPI 5 / PRRTE "--output tag" adds a space), the vpid being the MPI_COMM_WORLD rank;
+# horovodrun "[<index>]<stdout>:" (horovod/runner/common/util/safe_shell_exec.py prefix_connection).
 _PREFIX = lazy_compile(
     r"""^(?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
+        (?:\[(?:\d{1,9},)?(?P<mpi>\d{1,7})\]<std(?:out|err|diag)>:\ ?)?   # mpirun / horovodrun tag
         (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
         (?:\[rank(?P<rank>\d+)\]:\s?)?                 # c10 / python "[rank3]:"
     """,
@@ -579,6 +583,8 @@ def split_prefix(text: str) -> tuple[LinePrefix, str]:
     rank = m.group("rank")
     if role == "rank" and m.group("lr") is not None and rank is None:
         rank = m.group("lr")
+    if rank is None:
+        rank = m.group("mpi")
     return (
         LinePrefix(
             task=int(m.group("task")) if m.group("task") is not None else None,
