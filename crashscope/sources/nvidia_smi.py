@@ -124,10 +124,12 @@ _LOG_BANNER = lazy_compile(r"^\s*=+NVSMI LOG=+\s*$", regex.MULTILINE)
 # "key : value"; a bare "Key :" (rare) has an empty value. A PCI id has no ": " in it.
 _KV = lazy_compile(r"^(?P<ind>\s*)(?P<key>\S.*?)\s*:(?:\s(?P<val>.*))?$")
 # A pasted fragment of one GPU's -q section, its "GPU <pci>" header cut off (an issue
-# comment quoting only "Remapped Rows"): an indented section heading, then key : value.
+# comment quoting only "Remapped Rows"): a section heading, then indented key : value. The
+# heading keeps its indentation, or loses it where the paste was dedented (a README quoting
+# "Clocks Throttle Reasons" at column 0: tests/data/real/l4rz-idrac).
 _SECTIONS = r"(?:Remapped Rows|ECC Errors|Retired Pages|Clocks Event Reasons|Clocks Throttle Reasons|GPU Reset Status|Temperature|Clocks)"
-_FRAGMENT = lazy_compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"[ \t]*\n[ \t]+\S[^\n]*?[ \t]:[ \t]", regex.MULTILINE)
-_SECTION_HEAD = lazy_compile(r"^(?P<ind>[ \t]+)" + _SECTIONS + r"\s*$")
+_FRAGMENT = lazy_compile(r"^(?P<ind>[ \t]*)" + _SECTIONS + r"[ \t]*\n[ \t]+\S[^\n]*?[ \t]:[ \t]", regex.MULTILINE)
+_SECTION_HEAD = lazy_compile(r"^(?P<ind>[ \t]*)" + _SECTIONS + r"\s*$")
 _GPU_HEAD = lazy_compile(r"^(?P<ind>\s*)GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _NUM = lazy_compile(r"^\s*(-?\d+(?:\.\d+)?)")
 

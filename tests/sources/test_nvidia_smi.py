@@ -100,6 +100,31 @@ def test_repeated_snapshots_dedupe_throttle() -> None:
     assert len(_events(df, "version")) == 2
 
 
+def test_dedented_fragment_is_read() -> None:
+    # A README's paste of one GPU's -q output, dedented to column 0 (the heading) with the
+    # labels indented below it (github.com/l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling).
+    text = (
+        "Clocks Throttle Reasons\n"
+        "    Idle                              : Not Active\n"
+        "    Applications Clocks Setting       : Not Active\n"
+        "    SW Power Cap                      : Not Active\n"
+        "    HW Slowdown                       : Active\n"
+        "        HW Thermal Slowdown           : Not Active\n"
+        "        HW Power Brake Slowdown       : Active\n"
+        "\n"
+        "Clocks\n"
+        "    Graphics                          : 382 MHz\n"
+        "    SM                                : 382 MHz\n"
+    )
+    assert get_source("nvidia_smi").sniff(text, "nvidia-smi-q.txt") > 0.5
+    assert get_source("nvidia_smi").sniff(text, "notes.txt") > 0.5
+    df, _ = parse_text("nvidia_smi", text, options=UTC_OPTS)
+    (t,) = _events(df, "gpu_throttle")
+    assert t["line"] == 5 and set(t["attrs"]["reasons"]) == {"hw_slowdown", "hw_power_brake_slowdown"}
+    # A log that merely has a word like "Clocks" at the start of a line is not claimed.
+    assert get_source("nvidia_smi").sniff("Clocks\nstep 10 loss 2.3\nTemperature\n  raised\n", "train.log") == 0.0
+
+
 def test_table_versions_rows_and_ecc() -> None:
     df, warns = parse_text("nvidia_smi", (GOLDEN / "table_r535.txt").read_text(), options=UTC_OPTS)
     assert warns == []
