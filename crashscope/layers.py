@@ -169,18 +169,26 @@ class _Ctx:
         ver = self._of(Kind.VERSION.value)
         per: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        # Ranks and nodes print the same few version records: each distinct one is decoded once.
-        decoded: dict[str | None, tuple[Any, Any]] = {}
+        # Ranks and nodes print the same few version records: each distinct one is decoded once,
+        # and the rows are grouped by (component, version) in polars, in order of first appearance.
         if ver.height:
-            for a in ver["attrs"].unique().to_list():
+            dec: dict[str, list[Any]] = {"attrs": [], "_c": [], "_v": []}
+            for a in ver["attrs"].drop_nulls().unique().to_list():
                 d = attrs_of(a)
-                decoded[a] = (d.get("component"), d.get("version"))
-            for i, (host, a) in enumerate(ver.select("host", "attrs").iter_rows()):
-                comp, v = decoded[a]
-                if comp in PARITY_COMPONENTS and v and host:
-                    per[comp][str(v)].add(host)
-                    if (comp, str(v)) not in rows:
-                        rows[(comp, str(v))] = ver.row(i, named=True)
+                comp, v = d.get("component"), d.get("version")
+                if comp in PARITY_COMPONENTS and v:
+                    dec["attrs"].append(a)
+                    dec["_c"].append(comp)
+                    dec["_v"].append(str(v))
+            if dec["attrs"]:
+                hit = (ver.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), "host", "attrs")
+                       .filter(pl.col("host").is_not_null() & (pl.col("host") != ""))
+                       .join(pl.DataFrame(dec, schema={"attrs": pl.String, "_c": pl.String, "_v": pl.String}), on="attrs", how="inner")
+                       .sort("_i")
+                       .group_by(["_c", "_v"], maintain_order=True).agg(pl.col("_i").first(), pl.col("host").unique()))
+                for comp, v, i, hs in hit.iter_rows():
+                    per[comp][v].update(hs)
+                    rows[(comp, v)] = ver.row(i, named=True)
         inv = self._of((Kind.GPU_INVENTORY.value, Kind.COMM_INIT.value)).filter(pl.col("gpu").is_not_null() | pl.col("gpu_index").is_not_null())
         gpus_seen = inv.select(pl.col("host"), pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))).unique().height if inv.height else 0
         seen = f"; {gpus_seen} GPUs seen" if gpus_seen else ""

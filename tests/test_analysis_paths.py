@@ -243,3 +243,23 @@ def test_nccl_env_state_equals_one_row_at_a_time_on_every_branch() -> None:
     assert fast.who["rank 1"].network is not None and fast.who["rank 1"].network[1].time is not None
     assert set(fast.who["rank 2"].gdr) == {False, True} and fast.ib_present
     assert {"rank 4", "node001:4242", "node001:env/node3.txt", "?:None"} <= set(fast.who)
+
+
+def test_host_versions_grouped_equal_one_row_at_a_time() -> None:
+    """The activity's versions per host: the last version of each component in time order,
+    only the first 40 components a host names, non-string values and bad JSON left out."""
+    import json
+    import random
+
+    from crashscope.report.build import MAX_COMPONENTS, _host_versions, _host_versions_rows
+
+    rng = random.Random(7)
+    for _ in range(40):
+        rows = []
+        for _ in range(rng.randint(0, 300)):
+            comp = rng.choice([f"c{i}" for i in range(MAX_COMPONENTS + 8)] + [None, 3])
+            ver = rng.choice(["1.0", "2.0", "2.1", None, 7])
+            attrs = rng.choice([json.dumps({"component": comp, "version": ver}), "{bad", None])
+            rows.append({"host": rng.choice(["n1", "n2", "n3"]), "time": rng.choice([None, *range(50)]), "attrs": attrs})
+        frame = pl.DataFrame(rows, schema={"host": pl.String, "time": pl.Int64, "attrs": pl.String})
+        assert dict(_host_versions(frame)) == _host_versions_rows(frame)

@@ -9,7 +9,7 @@ import logging
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import polars as pl
 
@@ -200,16 +200,7 @@ def activity(ev: pl.DataFrame) -> Activity:
                                           kind=r["kind"], file=r["file"], line=r["line"]))
     # One pass per fact over the whole frame (a filter per host cost ~7 ms x 2,048 hosts).
     hosted = ev.select("host", "kind", "time", "attrs", "gpu", "gpu_index").filter(pl.col("host").is_not_null())
-    versions: dict[str, dict[str, str]] = defaultdict(dict)
-    vrows = hosted.filter(kind == Kind.VERSION.value).sort(["host", "time"], nulls_last=True, maintain_order=True)
-    decoded: dict[str | None, dict[str, Any]] = {}  # hosts repeat the same version attrs: each text decoded once
-    for host, a in vrows.select("host", "attrs").iter_rows():
-        d = decoded.get(a)
-        if d is None:
-            d = decoded[a] = attrs_of(a)
-        seen = versions[host]
-        if isinstance(d.get("component"), str) and isinstance(d.get("version"), str) and (d["component"] in seen or len(seen) < MAX_COMPONENTS):
-            seen[d["component"]] = d["version"]
+    versions = _host_versions(hosted.filter(kind == Kind.VERSION.value).select("host", "time", "attrs"))
     gpu_id = pl.coalesce(pl.col("gpu"), pl.col("gpu_index").cast(pl.String))
     gpus = dict(hosted.filter(kind.is_in([Kind.GPU_INVENTORY.value, Kind.GPU_TELEMETRY.value]))
                 .group_by("host").agg(gpu_id.drop_nulls().n_unique()).iter_rows())
@@ -245,6 +236,43 @@ def activity(ev: pl.DataFrame) -> Activity:
             last=iso_ns(hi),
         )
     return Activity(ranks=ranks, hosts=[hosts[h] for h in sorted(hosts)])
+
+
+def _host_versions(vrows: pl.DataFrame) -> dict[str, dict[str, str]]:
+    """Each host's component -> version from its version rows (host, time, attrs): in time
+    order the last version of each component, and only the first :data:`MAX_COMPONENTS`
+    components to appear. Hosts repeat the same few version records, so each distinct attrs
+    text is decoded once and the rows are grouped in polars (what :func:`_host_versions_rows`
+    gives one row at a time)."""
+    dec: dict[str, list[str]] = {"attrs": [], "_c": [], "_v": []}
+    for a in vrows["attrs"].drop_nulls().unique().to_list():
+        d = attrs_of(a)
+        if isinstance(d.get("component"), str) and isinstance(d.get("version"), str):
+            dec["attrs"].append(a)
+            dec["_c"].append(d["component"])
+            dec["_v"].append(d["version"])
+    if not dec["attrs"]:
+        return {}
+    rows = (vrows.sort(["host", "time"], nulls_last=True, maintain_order=True)
+            .select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), "host", "attrs")
+            .join(pl.DataFrame(dec, schema={"attrs": pl.String, "_c": pl.String, "_v": pl.String}), on="attrs", how="inner")
+            .group_by(["host", "_c"]).agg(pl.col("_i").min().alias("_first"), pl.col("_v").sort_by("_i").last())
+            .filter(pl.col("_first").rank("ordinal").over("host") <= MAX_COMPONENTS))
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for host, comp, _, v in rows.iter_rows():
+        out[host][comp] = v
+    return out
+
+
+def _host_versions_rows(vrows: pl.DataFrame) -> dict[str, dict[str, str]]:
+    """The reference for :func:`_host_versions`: one row at a time."""
+    versions: dict[str, dict[str, str]] = defaultdict(dict)
+    for host, a in vrows.sort(["host", "time"], nulls_last=True, maintain_order=True).select("host", "attrs").iter_rows():
+        d = attrs_of(a)
+        seen = versions[host]
+        if isinstance(d.get("component"), str) and isinstance(d.get("version"), str) and (d["component"] in seen or len(seen) < MAX_COMPONENTS):
+            seen[d["component"]] = d["version"]
+    return {h: v for h, v in versions.items() if v}
 
 
 CONTEXT_LINES = 3  # each side of an evidence line
