@@ -23,6 +23,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 import polars as pl
 import regex
 
+from crashscope import envelope
 from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, host_hint_from_prompt, looks_binary, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
@@ -44,10 +45,12 @@ BATCH_FILES = 256  # a bulk pass has ~5 ms of fixed cost: 64 small files a batch
 # MAX_LINE_BYTES or a separator byte takes the plain path instead, see _bulk_hits).
 SMALL_FILE_BYTES = 16 * 1024 * 1024
 # Files scanned together in one polars pass: enough MiB to amortise a pass's fixed cost
-# (~5 ms: its nine regex compiles, the split by file) and small enough that the allocator
-# reuses its buffers. 100 rank logs of 1.9 MB, one process: 8 MiB 0.89 CPU s, 16 MiB 0.72
-# (a fifth of the page faults of 32 MiB, which was no faster).
-PASS_BYTES = 16 * 1024 * 1024
+# (~10 ms: each regex call on the big prefilters builds its lazy DFA afresh, ~1 ms even for
+# a hundred lines; the split by file) and small enough that the allocator reuses its
+# buffers. 100 rank logs of 1.9 MB, one process: 8 MiB 0.89 CPU s, 16 MiB 0.72; _bulk_hits
+# alone over 128 rank logs (240 MB, min of 5, loaded machine): 16 MiB 488 MB/CPU s, 24 MiB
+# 560, 32 MiB 532-604, 64 MiB 421 (out of cache).
+PASS_BYTES = 32 * 1024 * 1024
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
 PARALLEL_MIN_FILES = 2_000  # ... unless there are this many files (a few ms of fixed cost each)
 MAX_WORKERS = 8
@@ -557,6 +560,16 @@ def _read_entry(  # type: ignore[no-untyped-def]
                     f"{entry.path}: sources {winner.name} ({score:.2f}) and {runner[1].name} ({runner[0]:.2f}) "
                     f"both claim this file; read as {winner.name} (use --source to force)"
                 )
+    if not binary and (env := envelope.detect(head)) is not None and (score < envelope.RAW_CLAIM_BELOW or env.collector_only):
+        # every line behind a collector's prefix (kubectl's CRI log, docker compose, the
+        # journal, grep -r): read the lines as the program wrote them, if a source knows them
+        inner_head = env.strip(head)
+        inner_text, _ = decode(inner_head[:SNIFF_BYTES])
+        inner = sniff_scores(inner_text, entry.name)
+        if inner and (inner[0][0] >= score or env.collector_only):
+            (score, winner), pre = inner[0], None
+            stream = PeekStream(b"", envelope.EnvelopeStream(stream, env))  # type: ignore[arg-type]
+            rec.note = f"read inside a {env.name} line envelope"
     if score <= 0:
         if binary:
             rec.note = "binary"
@@ -848,17 +861,26 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
     long: set[int] = set()
     if any(n > MAX_LINE_BYTES for _, n in spans) and (kept["_b"].max() or 0) > MAX_LINE_BYTES:  # type: ignore[operator]
         long = set(located(kept.filter(pl.col("_b") > MAX_LINE_BYTES).select("i"))["f"].unique().to_list())
-    hits = (
-        kept.lazy()
-        .filter(~pl.col("_c") & pl.col("l").str.contains(_COMBINED))
-        .select("i", pl.col("l").fill_null("").str.strip_chars_end("\r"))
-        .collect()
-    )
-    hits = located(hits).select("f", "n", "l")
+    # A regex call on these patterns costs ~1 ms however few its rows (polars hands each
+    # call a fresh copy of the compiled regex, whose lazy DFA starts empty), so where few
+    # lines are not chatter the seven prefilters run on them all and a hit is a line one
+    # of them matches (the union is _COMBINED): one call of the nine fewer.
+    # (A hit is a line _COMBINED matches as read, CR and all; the sources see it without
+    # its trailing CRs, so where a line ends in one _COMBINED is asked as before.)
+    rest = kept.filter(~kept["_c"])
     del kept
+    few = rest.height <= SMALL_HITS and not rest["l"].str.ends_with("\r").any()
+    if not few:
+        rest = rest.filter(rest["l"].str.contains(_COMBINED))
+    text = rest["l"].fill_null("").str.strip_chars_end("\r")
     # Which line sources want each hit, in Rust for the whole pass: the stdlib's engine
     # took ~90 us a hit for the seven prefilters, most of a small file's line parsing.
-    hits = hits.with_columns([pl.col("l").str.contains(src.prefilter).alias(f"_s{i}") for i, (src, _) in enumerate(_PER_SOURCE)])
+    wants = [text.str.contains(src.prefilter).fill_null(False).alias(f"_s{i}") for i, (src, _) in enumerate(_PER_SOURCE)]
+    hits = rest.select("i", text, *wants, rest["l"].is_not_null().alias("_v"))
+    if few:
+        hits = hits.filter(pl.col("_v") & pl.any_horizontal(*(w.name for w in wants)))
+    hits = located(hits).select("f", "n", "l", *(w.name for w in wants))
+    del rest, text
     parts = hits.partition_by("f", as_dict=True, include_key=False, maintain_order=True)
     empty = hits.clear().drop("f")
     for j, (_, n) in enumerate(spans):

@@ -266,3 +266,27 @@ def test_batched_whole_file_parse_is_each_file_alone(tmp_path: Path, monkeypatch
     assert lost_files and not lost_files & {e["file"] for e in broken[0]}
     assert {e["file"] for e in broken[0]} == {e["file"] for e in alone[0]} - lost_files
     assert sum("gpu CSV parse failed (RuntimeError: boom)" in w for w in broken[2]) == len(lost_files)
+
+
+@pytest.fixture(scope="module")
+def lf_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi-MiB rank logs with no CR anywhere: one pass whose non-chatter lines the
+    seven prefilters sort without _COMBINED (few of them), or with it (many)."""
+    root = tmp_path_factory.mktemp("lf") / "job"
+    (root / "logs").mkdir(parents=True)
+    hits = _golden_lines().replace(b"\r", b"")
+    chatter = CHATTER.encode() * 12_000
+    for i in range(4):
+        (root / "logs" / f"rank{i}.log").write_bytes(chatter + hits * (i + 1) + b"\n\n" + chatter + WARN.encode() * 20 + hits)
+    return root
+
+
+@pytest.mark.parametrize("small_hits", [0, 4_096, 1 << 30], ids=["combined-always", "default", "prefilters-always"])
+def test_both_ways_of_finding_a_pass_hits_agree(lf_job: Path, big_job: Path, monkeypatch: pytest.MonkeyPatch, small_hits: int) -> None:
+    """A pass's hits are the lines _COMBINED matches, or, where few lines are not chatter
+    and none ends in CR, the lines one source's prefilter matches: the plain path's events
+    either way (big_job has a CRLF file, which makes its pass ask _COMBINED)."""
+    monkeypatch.setattr(ingest_mod, "SMALL_HITS", small_hits)
+    for job in (lf_job, big_job):
+        events, _, _ = _same_both_ways(job, monkeypatch)
+        assert len(events) > 100
