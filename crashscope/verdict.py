@@ -98,6 +98,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     ``missing`` the data whose absence lowers confidence (the report's ``missing``)."""
     v = Verdict(missing=list(missing or []))
     ev = _this_job(tl.events, tl.job_id)
+    from crashscope.analyses.checkpoint_io import saves_cut_by_kill  # a save a SIGKILL ended is no storage evidence
     from crashscope.analyses.collectives import missing_line  # absent Flight Recorder dumps lower confidence
 
     if (dumps_missing := missing_line(ev, tl.world_size)) and dumps_missing not in v.missing:
@@ -112,7 +113,8 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     scored = sorted(((score_finding(f, t_fail, before_s), f) for f in causes), key=lambda p: (-p[0], p[1].first_time or 0))
     per_cause: dict[str, float] = defaultdict(float)
     best: dict[str, tuple[float, Any]] = {}
-    explained = {id(f) for f in _explained_where(scored, symptoms)}
+    cut = saves_cut_by_kill(deciding)  # nor does it explain the kill's where-only findings
+    explained = {id(f) for f in _explained_where([p for p in scored if id(p[1]) not in cut], symptoms)} | cut
     for s, f in scored:
         if s <= 0 or id(f) in explained:
             continue

@@ -312,3 +312,52 @@ def test_the_recorded_iptables_runs_name_the_broken_link_and_no_culprit():
         want_nodes = sorted(ends) if len(ends) == 1 else []
         assert rep["implicated"]["nodes"] == want_nodes, (rid, rep["implicated"])
         assert not want_nodes or list(cases[rid].nodes) == want_nodes == [HOST[cut]], rid  # the cut rank's node
+
+
+# A rank alone on its node is named by the arrival order when it began to be last part-way
+# (cpu_starve_mild_rank2_w3_srun: 3 ranks, rank 2 alone on n2, CPU-throttled after iteration 10;
+# last at 4 of the 26 collectives before, 58 of the 63 after), not when it leans as much from the start.
+def _arrivals(last_of: list[int], hosts: dict[int, str]):  # type: ignore[no-untyped-def]
+    rows, line = [], 1
+    for seq, last in enumerate(last_of):
+        for r in [x for x in sorted(hosts) if x != last] + [last]:
+            rows.append(dict(kind="collective_enter", source="pytorch", severity="info", rank=r, host=hosts[r], file="slurm-98.out",
+                             line=line, t=seq * 0.3, attrs={"seq": seq, "op": "ALLREDUCE", "shape": "1024", "pg_rank": r},
+                             message=f"[Rank {r}] Running collective: CollectiveFingerPrint(SequenceNumber={seq}, OpType=ALLREDUCE, ...)"))
+            line += 1
+    return make_events(*rows)
+
+
+def test_a_rank_alone_on_its_node_that_slowed_part_way_is_the_straggler():
+    from crashscope.analyses.stragglers import stragglers
+
+    hosts = {0: "n1", 1: "n1", 2: "n2"}
+    before = [i % 3 for i in range(36)]  # each rank last in turn: 12 of 36
+    after = [1 if i % 10 == 0 else 2 for i in range(54)]  # then rank 2 last at 48 of 54
+    (f,) = [f for f in stragglers(_arrivals(before + after, hosts), 3) if f.rule_id == "straggler-arrival-order"]
+    assert (f.ranks, f.hosts, f.cause) == ((2,), ("n2",), "gpu_throttle")
+    assert "60 of 90 collectives (67%" in f.title and "node-mate" not in f.title
+    # the same lean over the whole run (last at 2 of every 3): its node's output path could do that
+    even = [2 if i % 3 else i % 2 for i in range(90)]
+    assert [f for f in stragglers(_arrivals(even, hosts), 3) if f.rule_id == "straggler-arrival-order"] == []
+
+
+def test_a_checkpoint_save_ended_by_a_sigkill_is_no_storage_evidence():
+    # nodekill_n1_ckpt_info_torchrun: n1's processes SIGKILLed 3 s into rank 0's save, before any rank
+    # reported an error; a save hung on storage leaves its rank alive until the peers time out (ckpt_fifo_*)
+    from crashscope.analyses.checkpoint_io import saves_cut_by_kill
+    from crashscope.engine.model import Finding
+
+    def f(rule: str, cause: str, ranks: tuple[int, ...], title: str, role: str = "cause") -> Finding:
+        return Finding(rule_id=rule, title=title, cause=cause, role=role, status="stable", weight=0.6, first_time=1, count=1,
+                       hosts=("n1",), ranks=ranks, gpus=(), evidence=(), explanation="", actions=())
+
+    save = f("pytorch-checkpoint-save-unfinished", "storage_stall", (0,), "Checkpoint save started but never finished on a rank")
+    still = f("checkpoint-io", "storage_stall", (0,), "Checkpoint save of step 15 on rank 0 was still running when the job ended",
+              role="context")
+    slow = f("checkpoint-io", "storage_stall", (0,), "Slow checkpoint save (step 10): 40.0 s, 20x the job's median save", role="context")
+    killed = f("first-killed", "node_failure", (0, 1), "The processes on n1 were the first to die, killed by SIGKILL")
+    assert saves_cut_by_kill([save, still, slow, killed]) == {id(save), id(still)}  # a save that finished is not cut
+    assert saves_cut_by_kill([save, still]) == set()  # no kill: the hung save is the storage's
+    other = f("first-killed", "node_failure", (2, 3), "The processes on n2 were the first to die, killed by SIGKILL")
+    assert saves_cut_by_kill([save, other]) == set()  # the kill was elsewhere

@@ -225,3 +225,27 @@ def _finding(title: str, evidence: list[Evidence], s: dict[str, Any]) -> Finding
         actions=("Check the checkpoint file system's health and that node's mount around that time (nfsstat, "
                  "lctl/lfs check servers, the hung-task stacks); time one save by hand on that node.",),
     )
+
+
+UNFINISHED_SAVE_RULES = ("pytorch-checkpoint-save-unfinished", RULE_ID)
+KILLED_FIRST_RULE = "first-killed"
+
+
+def saves_cut_by_kill(findings: list[Finding]) -> set[int]:
+    """The unfinished-save findings (ids) that a SIGKILL explains: every rank of the save was among
+    the first processes to die, killed before any rank reported an error (``first-killed``).
+
+    A save that hangs on storage leaves its rank alive and blocked (in ``open()`` or ``write()``)
+    until its peers give up on it: they report their timeouts first, and only then does the launcher
+    kill it (the lab's FIFO checkpoints: no ``first-killed`` in any of them). A rank SIGKILLed
+    while its peers were still waiting without complaint was not stuck for a timeout: the kill
+    (its node going away, the OOM killer) ended the save, and the save says nothing of the storage
+    (``nodekill_n1_ckpt_info_torchrun``: n1 killed 3 s into rank 0's 10 s write)."""
+    killed = [set(f.ranks) for f in findings if f.rule_id == KILLED_FIRST_RULE and f.status == "stable" and f.ranks]
+    if not killed:
+        return set()
+    return {
+        id(f) for f in findings
+        if (f.rule_id == UNFINISHED_SAVE_RULES[0] or (f.rule_id == RULE_ID and "still running" in f.title))
+        and f.ranks and any(set(f.ranks) <= k for k in killed)
+    }

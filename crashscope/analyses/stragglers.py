@@ -31,7 +31,9 @@ Findings (cause ``gpu_throttle``, the taxonomy's "one GPU ran slow"):
   ``ARRIVAL_MIN_SHARE`` (more with fewer than four ranks), a binomial tail below
   ``ARRIVAL_MAX_P`` (Bonferroni over the ranks), and the rank's node-mates must not be late
   too (then the node's output path, not the rank, would explain it); a rank alone on its node
-  (or on no known node) needs ``ARRIVAL_ALONE_SHARE`` and ``ARRIVAL_ALONE_P``. The finding's
+  (or on no known node) needs ``ARRIVAL_ALONE_SHARE`` (over the run, or over at least
+  ``ARRIVAL_MIN_COLLECTIVES`` from the change point on: its node's path would be late from the
+  start) and ``ARRIVAL_ALONE_P``. The finding's
   time is where the run of last arrivals starts (a CUSUM change point).
 
 The straggler is named first in ``ranks``; its node and GPU follow from the trace.
@@ -377,12 +379,6 @@ def _arrival_in_file(file: str, part: pl.DataFrame) -> tuple[float, Finding] | N
     mates = [m for m in ranks if m != top and host is not None and host_of.get(m) == host]
     need_share = max(ARRIVAL_MIN_SHARE, min(0.75, 2.0 / k))
     need_p = ARRIVAL_MAX_P
-    if not mates:
-        need_share, need_p = max(need_share, ARRIVAL_ALONE_SHARE), ARRIVAL_ALONE_P
-    if share < need_share or p > need_p:
-        return None
-    if any(counts.get(m, 0) * ARRIVAL_MATE_FACTOR > c for m in mates):
-        return None  # its node-mates are late as often: the node's output path, not this rank
     # Where the run of last arrivals starts: the CUSUM minimum of (last? - midpoint).
     mid = (1.0 / k + share) / 2
     acc, low, onset = 0.0, 0.0, 0
@@ -393,6 +389,17 @@ def _arrival_in_file(file: str, part: pl.DataFrame) -> tuple[float, Finding] | N
     onset = min(onset, n - 1)
     after = last[onset:]
     after_share = sum(1 for r in after if int(r["rank"]) == top) / len(after)
+    if not mates:
+        # No node-mate to compare with, so the lines' path from its node could be what is late. A path is
+        # late from the start, so a rank alone needs the larger share over the run, or over the part of the
+        # run from where it began to be last (at least ARRIVAL_MIN_COLLECTIVES collectives): a rank that
+        # slowed part-way (cpu_starve_mild_rank2_w3_srun: last at 4 of 26 before, 58 of 63 after).
+        need_p = ARRIVAL_ALONE_P
+        need_share = max(need_share, ARRIVAL_ALONE_SHARE) if len(after) < ARRIVAL_MIN_COLLECTIVES or after_share < ARRIVAL_ALONE_SHARE else need_share
+    if share < need_share or p > need_p:
+        return None
+    if any(counts.get(m, 0) * ARRIVAL_MATE_FACTOR > c for m in mates):
+        return None  # its node-mates are late as often: the node's output path, not this rank
     first_rows = [r for r in after if int(r["rank"]) == top][:3]
     on = first_rows[0]
     title = (
