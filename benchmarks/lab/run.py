@@ -178,11 +178,42 @@ HELD_OUT_5 = {
                                                   fmt="plain", ddp=True, debug=None),
     "scancel_step_w3_srun": S("scancel_step", "srun", "preemption", at=10, fmt="megatron", world=3),
 }
+# Sixth round: fault kinds and combinations recorded once or never, on knobs a rule fitted to the 75 could
+# lean on: a late SIGCONT under torchrun with DDP, a node killed while rank 0's (slow) checkpoint write is in
+# flight (during_save: the kill waits for rank 0's 'saving checkpoint' line), an exception on the last rank of
+# 6 (the one that prints Megatron's progress lines), RLIMIT_AS of rank 0 under torchrun, a REQUEUE preemption
+# under torchrun without debug, a time limit mid-checkpoint under torchrun, a hang in a broadcast (train.py
+# --broadcast-batch: rank 0 broadcasts each iteration's batch seed first, as Megatron's broadcast_data does;
+# the stopped rank is that broadcast's root), a straggler in a completed job of 3 ranks (the slow rank alone on
+# n2), and two iptables cuts whose broken link can lie inside one node (world 6: ranks 0-2 on n1).
+HELD_OUT_6 = {
+    "sigstop_late_cont_rank1_ddp_torchrun": S("sigstop_late_cont", "torchrun", "node_failure", [1], at=17,
+                                              fmt="megatron", ddp=True),
+    "nodekill_n1_ckpt_info_torchrun": S("nodekill", "torchrun", "node_failure", [0, 1], at=15, fmt="hf", save=15,
+                                        save_slow=10, debug="INFO", during_save=True),
+    "exception_rank5_w6_nodebug_srun": S("exception", "srun", "software_error", [5], at=13, fmt="megatron",
+                                         world=6, debug=None),
+    "oom_ulimit_rank0_info_torchrun": S("oom", "torchrun", "oom", [0], at=11, fmt="plain", limit="ulimit",
+                                        debug="INFO"),
+    "preempt_requeue_nodebug_torchrun": S("preempt_requeue", "torchrun", "preemption", at=18, fmt="megatron",
+                                          iters=40, save=10, debug=None),
+    "timelimit_ckpt_inflight_info_torchrun": S("timelimit", "torchrun", "time_limit", fmt="megatron",
+                                               iters=100000, save=5, save_slow=20, debug="INFO"),
+    "sigstop_rank0_bcast_nodebug_srun": S("sigstop", "srun", "node_failure", [0], at=14, fmt="plain",
+                                          bcast=True, debug=None),
+    "cpu_starve_mild_rank2_w3_srun": S("cpu_starve", "srun", "gpu_throttle", [2], at=10, fmt="hf",
+                                       quota_us=5000, period_us=100000, iters=40, world=3),
+    "iptables_rank1_w6_nodebug_srun": S("iptables", "srun", "fabric_timeout", [1], at=12, fmt="plain", world=6,
+                                        debug=None),
+    "iptables_rank2_info_torchrun": S("iptables", "torchrun", "fabric_timeout", [2], at=19, fmt="hf",
+                                      debug="INFO"),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
 SCENARIOS.update(HELD_OUT_4)
 SCENARIOS.update(HELD_OUT_5)
+SCENARIOS.update(HELD_OUT_6)
 
 
 def world_of(sc) -> int:
@@ -234,6 +265,8 @@ def job_script(sid, sc, jobdir: Path) -> str:
         args.append("--ddp")
     if sc.get("save_slow"):
         args.append(f"--save-slow {sc['save_slow']}")
+    if sc.get("bcast"):
+        args.append("--broadcast-batch")
     debug = debug_of(sc)
     part = {"preempt_requeue": "lowrq"}.get(kind, "low")
     extra = []
@@ -509,6 +542,12 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             wr = tgt if tgt is not None else world - 1
             if not wait_progress(jobdir, wr, at):
                 notes.append(f"rank {wr} never reached iteration {at}")
+            if sc.get("during_save"):
+                # strike while rank 0's checkpoint write of iteration `at` is in flight (--save-slow)
+                pat = re.compile(r"saving checkpoint at iteration\s+%d\b" % at)
+                if not wait_for(lambda: pat.search(rank_log(jobdir, 0)), 60, 0.05):
+                    notes.append(f"rank 0 never began saving iteration {at}")
+                time.sleep(min(3.0, sc.get("save_slow", 0) / 3))
             t_inj = utcnow()
             if kind in ("sigstop", "sigstop_late_cont"):
                 os.kill(tpid, signal.SIGSTOP)
@@ -535,7 +574,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                         pass
                 fault = (f"kill -KILL {' '.join(map(str, victims))} (every rank process"
                          f"{' and the torchrun agent' if sc['launcher'] == 'torchrun' else ''} on {node}) at {iso(t_inj)}")
-                ff = (t_inj, tgt, f"all processes of {node} SIGKILLed after iteration {at}")
+                ff = (t_inj, tgt, f"all processes of {node} SIGKILLed after iteration {at}"
+                      + (" while rank 0's checkpoint write was in flight" if sc.get("during_save") else ""))
             elif kind == "iptables":
                 ports = ports_of(tpid)
                 ipt_setup()
@@ -779,8 +819,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
-        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5,
-        "held_out_round": (5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
+        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6,
+        "held_out_round": (6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
                            else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
@@ -809,6 +849,7 @@ def main():
     ap.add_argument("--held-out-3", action="store_true", help="only the third held-out round (HELD_OUT_3)")
     ap.add_argument("--held-out-4", action="store_true", help="only the fourth held-out round (HELD_OUT_4)")
     ap.add_argument("--held-out-5", action="store_true", help="only the fifth held-out round (HELD_OUT_5)")
+    ap.add_argument("--held-out-6", action="store_true", help="only the sixth held-out round (HELD_OUT_6)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -819,7 +860,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")

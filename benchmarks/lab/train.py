@@ -189,6 +189,10 @@ def main() -> None:
     p.add_argument("--leak-mb", type=int, default=96)
     p.add_argument("--save-slow", type=float, default=0.0,
                    help="write each checkpoint in 20 chunks spread over this many seconds (slow storage)")
+    p.add_argument("--broadcast-batch", action="store_true",
+                   help="rank 0 broadcasts each iteration's batch seed before the step (as Megatron's "
+                        "tensor_parallel.broadcast_data hands the batch from one rank to its group): the first "
+                        "collective of every iteration is then a broadcast, not an all_reduce")
     p.add_argument("--ddp", action="store_true",
                    help="wrap in DistributedDataParallel (default: explicit flat-gradient all_reduce). "
                         "torch 2.13.0+cpu segfaults in DDP's constructor (Logger.set_construction_data_and_log) "
@@ -220,6 +224,10 @@ def main() -> None:
     try:
         for it in range(start + 1, args.iters + 1):
             t0 = time.time()
+            if args.broadcast_batch:  # rank 0 reads the batch and hands it to the others
+                seed = torch.tensor([1000 * it + 1 if RANK == 0 else 0], dtype=torch.int64)
+                dist.broadcast(seed, src=0)
+                g.manual_seed(int(seed.item()) + RANK)
             time.sleep(args.step_sleep)  # input pipeline
             x = torch.randn(args.micro_batch, 256, generator=g)
             y = x @ w_true
