@@ -206,8 +206,15 @@ def activity(ev: pl.DataFrame) -> Activity:
                 .group_by("host").agg(gpu_id.drop_nulls().n_unique()).iter_rows())
     throttle: dict[str, set[str]] = defaultdict(set)
     # Only rows whose text names a serious reason can add one (most telemetry lists only gpu_idle).
-    serious = pl.col("attrs").str.contains_any([f'"{r}"' for r in SERIOUS_REASONS])
-    trows = hosted.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]) & pl.col("attrs").str.contains('"reasons"', literal=True) & serious)
+    quoted = [f'"{r}"' for r in SERIOUS_REASONS]
+    serious = pl.col("attrs").str.contains_any(quoted)
+    trows = hosted.filter(kind.is_in([Kind.GPU_THROTTLE.value, Kind.GPU_TELEMETRY.value]))
+    # the text every serious reason ends with ('slowdown"'), a plain substring search, first:
+    # the Aho-Corasick pass over every telemetry row cost ~0.15 s at 16,384 ranks
+    tail = os.path.commonprefix([q[::-1] for q in quoted])[::-1] if quoted else ""
+    if len(tail) >= 4:
+        trows = trows.filter(pl.col("attrs").str.contains(tail, literal=True))
+    trows = trows.filter(pl.col("attrs").str.contains('"reasons"', literal=True) & serious)
     # A host's telemetry repeats a few reason lists: each distinct list is decoded once.
     listed = pl.col("_r").str.starts_with("[").fill_null(False)
     trows = trows.select("host", "attrs", pl.col("attrs").str.json_path_match("$.reasons").alias("_r"))
