@@ -819,7 +819,7 @@ def _borrow_times(ev: pl.DataFrame) -> pl.DataFrame:
     """An exception with no time in a rank's log often has a stamped twin elsewhere (the
     worker's error.json, the ChildFailedError entry): same rank, same message."""
     kinds = [Kind.EXCEPTION.value, Kind.CUDA_OOM.value, Kind.CUDA_ERROR.value]
-    cand = ev.filter(pl.col("kind").cast(pl.String).is_in(kinds))
+    cand = ev.filter(pl.col("kind").is_in(kinds))
     if cand.height == 0 or cand["time"].null_count() == 0:
         return ev
     stamped = (
@@ -912,7 +912,7 @@ def signature_expr() -> pl.Expr:
 
 def collapse_symptoms(ev: pl.DataFrame, world: int | None) -> list[SymptomGroup]:
     """Group repeated events of symptom kinds; each group keeps its earliest member."""
-    s = ev.filter(pl.col("kind").cast(pl.String).is_in(list(SYMPTOM_KINDS))).with_columns(signature_expr().alias("_sig"))
+    s = ev.filter(pl.col("kind").is_in(list(SYMPTOM_KINDS))).with_columns(signature_expr().alias("_sig"))
     if s.height == 0:
         return []
     s = s.sort(["time", "file", "line"], nulls_last=True)

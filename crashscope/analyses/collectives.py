@@ -404,7 +404,7 @@ def _undumped(entries, dumps: _Dumps, missing_dump: list[int], members: set[int]
     loss = events.filter(
         pl.col("rank").is_in(sorted(dumps.ranks))
         & pl.col("kind").is_in([Kind.COLLECTIVE_TIMEOUT.value, Kind.NETWORK_ERROR.value, Kind.WATCHDOG_ERROR.value])
-        & pl.col("severity").cast(pl.String).is_in(["error", "critical"])
+        & pl.col("severity").is_in(["error", "critical"])
     )
     if loss.height == 0:
         return None

@@ -143,7 +143,7 @@ def _throttle_events(ev: pl.DataFrame) -> dict[tuple[str, str], list[dict[str, A
     if d.select(((pl.col("gpu").is_null() | (pl.col("gpu") == "")) & pl.col("gpu_index").is_not_null()).any()).item():
         inv = ev.select("host", "gpu", "gpu_index", "source").filter(
             pl.col("host").is_not_null() & pl.col("gpu").is_not_null() & pl.col("gpu_index").is_not_null()
-            & pl.col("source").cast(pl.String).is_in(["nvidia_smi", "gpu_csv", "dcgm"]))
+            & pl.col("source").is_in(["nvidia_smi", "gpu_csv", "dcgm"]))
         pci_of = {(h, int(i)): g for h, i, g in inv.group_by(["host", "gpu_index"]).agg(pl.col("gpu").mode().first()).iter_rows()}
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in d.sort("time", nulls_last=True).iter_rows(named=True):

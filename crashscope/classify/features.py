@@ -168,11 +168,11 @@ def kind_counts(ev: pl.DataFrame) -> dict[str, int]:
     path per row of a million-event frame cost ~1.5 s); the others count 1 each."""
     has = pl.col("attrs").str.contains('"repeat"', literal=True).fill_null(False)
     rep = pl.col("attrs").str.json_path_match("$.repeat").cast(pl.Int64, strict=False).fill_null(1)
-    rows = ev.group_by(pl.col("kind").cast(pl.String).alias("k")).agg(pl.len().alias("n"), has.sum().alias("r"))
+    rows = ev.group_by(pl.col("kind").alias("k")).agg(pl.len().alias("n"), has.sum().alias("r"))
     counts = {k: int(n) - int(r) for k, n, r in rows.iter_rows()}
     repeated = ev.filter(has)
     if repeated.height:
-        for k, n in repeated.group_by(pl.col("kind").cast(pl.String).alias("k")).agg(rep.sum()).iter_rows():
+        for k, n in repeated.group_by(pl.col("kind").alias("k")).agg(rep.sum()).iter_rows():
             counts[k] += int(n)
     return counts
 
@@ -207,7 +207,7 @@ def _first_symptom(ev: pl.DataFrame, findings: Iterable[Finding]) -> int | None:
     Symptom findings such as IB flush errors fire within a second of the fault itself, so
     they make a poor reference when a timeout exists."""
     if ev.height:
-        t = ev.filter(pl.col("kind").cast(pl.String).is_in(_SYMPTOM_EVENT_KINDS) & pl.col("time").is_not_null())["time"]
+        t = ev.filter(pl.col("kind").is_in(_SYMPTOM_EVENT_KINDS) & pl.col("time").is_not_null())["time"]
         if t.len():
             return int(t.dt.epoch("ns").min())  # type: ignore[arg-type]
     times = [x.first_time for x in findings if x.role == "symptom" and x.first_time is not None]

@@ -51,7 +51,7 @@ def excerpt_around(ev: pl.DataFrame, t_ns: int | None, limit_before: int = EXCER
     """Non-info events just before and after ``t_ns`` (the first failure)."""
     if t_ns is None or ev.height == 0:
         return []
-    ev = ev.filter(pl.col("time").is_not_null() & (pl.col("severity").cast(pl.String) != "info"))
+    ev = ev.filter(pl.col("time").is_not_null() & (pl.col("severity") != "info"))
     ev = ev.filter(one_row_per_line())
     t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
     before = ev.filter(pl.col("time") < t).tail(limit_before)
