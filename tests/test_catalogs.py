@@ -281,3 +281,36 @@ def test_every_shipped_pattern_compiles():
     built = build(files, validate=True)
     assert len(built.entries) == len(CATS.entries)
     assert all(e.rx.pattern == e.pattern for e in CATS.entries)
+
+
+SEFF = (
+    "Job ID: 4242\nCluster: perlmutter\nUser/Group: u1/g1\nState: {state} (exit code {code})\nNodes: 2\n"
+    "Cores per node: 128\nCPU Utilized: 10:00:00\nCPU Efficiency: 2.00% of 20-00:00:00 core-walltime\n"
+    "Job Wall-clock time: 01:52:10\nMemory Utilized: 80.00 GB\nMemory Efficiency: 16.00% of 500.00 GB (250.00 GB/node)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause"),
+    [
+        # seff's summary of the accounting record (SchedMD/slurm contribs/seff/seff) is the job's final state
+        ("seff.txt", SEFF.format(state="COMPLETED", code=0), "none"),
+        ("seff.txt", SEFF.format(state="TIMEOUT", code=0), "time_limit"),
+        ("seff.txt", SEFF.format(state="NODE_FAIL", code=1), "node_failure"),
+        ("seff.txt", SEFF.format(state="FAILED", code=1), "unknown"),
+        # a launcher's or platform's success record makes a run with no failure 'none' ...
+        ("driver.log", "(RayTrainWorker pid=123) epoch 9 loss 0.12\n------------------------------------------\n"
+         "Job 'raysubmit_kd8Ck2Z3UrS2jbzD' succeeded\n------------------------------------------\n", "none"),
+        ("describe.txt", "Events:\n  Type    Reason     Age   From            Message\n"
+         "  Normal  Completed  12s   job-controller  Job completed\n", "none"),
+        # ... but not one that failed
+        ("driver.log", "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+         "Job 'raysubmit_kd8Ck2Z3UrS2jbzD' succeeded\n", "gpu_hardware"),
+    ],
+)
+def test_scheduler_records_decide_the_outcome(tmp_path: Path, name: str, text: str, cause: str) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause
