@@ -133,7 +133,10 @@ def dump_origin(events: pl.DataFrame) -> DumpOrigin:
     out = DumpOrigin()
     if events.height == 0:
         return out
-    w = events.filter(
+    # the kinds first, then the text tests on those rows only (a substring search of every
+    # attrs and message text cost ~0.1 s at 16,384 ranks)
+    w = events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in(
+        [Kind.COLLECTIVE_TIMEOUT.value, Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value])).filter(
         pl.col("rank").is_not_null()
         & (
             (pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value)
@@ -485,8 +488,8 @@ def _mismatch(entries: list[dict[str, Any]]) -> list[Finding]:
 def watchdog_stuck_outside(events: pl.DataFrame, world: int | None) -> list[Finding]:
     """From ``last enqueued work: X, last completed work: Y`` per rank and PG (see the module docstring)."""
     # the watchdog's failure line, and the dump-signal line of a rank told by a peer to dump
-    w = events.filter(pl.col("kind").is_in([Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value]) & pl.col("rank").is_not_null()
-                      & pl.col("attrs").str.contains('"last_enqueued"', literal=True).fill_null(False))
+    w = events.filter(pl.col("kind").is_in([Kind.WATCHDOG_ERROR.value, Kind.HEARTBEAT_TIMEOUT.value]) & pl.col("rank").is_not_null()).filter(
+        pl.col("attrs").str.contains('"last_enqueued"', literal=True).fill_null(False))  # the text test on those kinds' rows only
     if w.height == 0:
         return []
     per_pg: dict[str, dict[int, tuple[int, int, dict]]] = defaultdict(dict)
