@@ -587,6 +587,12 @@ class _Parser:
                 line_rank, msg = int(m.group("r1") or m.group("r2") or m.group("r3")), msg[m.end():]
             elif (m := _MSG_HOST.match(msg)) and m.end() < len(msg):
                 host, msg = m.group("host"), msg[m.end():]
+            if line_rank is not None or host is not None:
+                # the identity field may come before the stamp or the level: "[rank 3] 2026-.. INFO msg",
+                # "[%(asctime)s][rank%(rank)s][%(levelname)s] msg"
+                hdr, msg = self._header_after_identity(hdr, msg)
+        elif not hdr.glog and hdr.logger and line_rank is None and (m := _MSG_RANK.fullmatch(f"[{hdr.logger}]")):
+            line_rank = int(m.group("r1") or m.group("r2") or m.group("r3"))  # "[%(levelname)s][rank%(rank)s] msg"
         if "GLOBAL_RANK: " in msg and (m := _LIGHTNING_INIT.search(msg)):
             self.learned_ranks.add(int(m.group("rank")))
             self.learned_rank = int(m.group("rank")) if len(self.learned_ranks) == 1 else None
@@ -675,6 +681,19 @@ class _Parser:
         if c in "DIWEC" and (m := _H_BASIC.match(s)):
             return _Line(m.group("msg"), None, None, m.group("lvl"), m.group("name"))
         return _Line(s)
+
+    def _header_after_identity(self, hdr: _Line, msg: str) -> tuple[_Line, str]:
+        """The stamp and level that follow a leading rank or host field, when the line's
+        start gave none."""
+        if hdr.time is None and (msg[:1].isdigit() or msg.startswith("[")):
+            inner = self._header(msg)
+            if inner.time is not None:
+                return _Line(inner.msg, inner.time, inner.tq, hdr.level or inner.level, hdr.logger or inner.logger), inner.msg
+        if hdr.level is None:
+            peeled = self._rest(msg, hdr.time, hdr.tq)
+            if peeled.level is not None:
+                return _Line(peeled.msg, hdr.time, hdr.tq, peeled.level, hdr.logger or peeled.logger), peeled.msg
+        return hdr, msg
 
     @staticmethod
     def _rest(rest: str, t: int | None, tq: Any) -> _Line:

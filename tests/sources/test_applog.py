@@ -227,6 +227,17 @@ def test_identity_from_prefixes_and_fields(line, rank, local_rank):
     assert (s["rank"], s["local_rank"]) == (rank, local_rank)
 
 
+@pytest.mark.parametrize("line,rank", [
+    # the identity field before the level, or before the stamp itself (custom logging formats)
+    ("[2026-09-17 04:05:01,100][rank3][INFO] {'loss': 0.6395, 'grad_norm': 0.0368, 'learning_rate': 0.0001, 'epoch': 0.1}", 3),
+    ("[rank 3] 2026-09-17 04:05:01,100 INFO {'loss': 0.6395, 'grad_norm': 0.0368, 'learning_rate': 0.0001, 'epoch': 0.1}", 3),
+    ("[2026-09-17 04:05:01,100][INFO][rank3] {'loss': 0.6395, 'grad_norm': 0.0368, 'learning_rate': 0.0001, 'epoch': 0.1}", 3),
+])
+def test_identity_field_before_the_level_or_the_stamp(line, rank):
+    (s,) = _kind(_rows(line + "\n")[0], "train_step")
+    assert s["rank"] == rank and s["time"] is not None and s["attrs"]["loss"] == 0.6395
+
+
 def test_srun_task_with_torchrun_prefix_is_the_node_not_the_rank():
     rows, _ = _rows("1: [default3]:2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0\n")
     (act,) = _kind(rows, "activity")
