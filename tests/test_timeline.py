@@ -322,3 +322,44 @@ def test_one_host_spelled_in_two_cases_is_one_host() -> None:
     tl = _tl(frames)
     assert tl.hosts == ["GPU-N7", "gpu-n8", "orion-01-01"]  # lower case wins where a file has it; distinct hosts stay
     assert set(tl.events["host"].to_list()) == {"GPU-N7", "gpu-n8", "orion-01-01"}
+
+
+def _step(nodes: list[str], tasks: int, **attrs: object) -> pl.DataFrame:
+    return make_event(kind="job_state", source="sacct", host=None, severity="info", file="sacct.json", line=None,
+                      message="sacct: StepId=18.0 State=COMPLETED",
+                      attrs={"format": "json", "job_id": "18", "step": "0", "state": "COMPLETED", "nodes": nodes, "ntasks": tasks, **attrs})
+
+
+def _step_line(rank: int, host: str | None = None, **kw: object) -> pl.DataFrame:
+    return make_event(kind="train_step", source="applog", severity="info", host=host, rank=rank, t=float(rank),
+                      file=f"logs/rank{rank}.log", message=f"step 10 loss 0.5 (rank {rank})",
+                      attrs={"framework": "plain", "step": 10}, **kw)
+
+
+def _hosts(tl) -> dict[int, str | None]:  # type: ignore[no-untyped-def]
+    ev = tl.events.filter(pl.col("kind") == "train_step")
+    return dict(zip(ev["rank"].to_list(), ev["host"].to_list()))
+
+
+def test_the_steps_block_layout_names_the_node_of_ranks_no_line_ties_to_one() -> None:
+    # fixtures/recorded/cpu_starve_mild_rank3_srun: sacct --json step 0, tasks 4 on n[1-2], "Block"
+    lines = [_step_line(r) for r in range(4)]
+    assert _hosts(_tl([*lines, _step(["n1", "n2"], 4, distribution="Block")])) == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    # scontrol's NtasksPerN: 3 per node
+    six = [_step_line(r) for r in range(6)]
+    assert _hosts(_tl([*six, _step(["n1", "n2"], 6, tasks_per_node=3)]))[3] == "n2"
+    # a rank whose node a line names agrees: still inferred for the others
+    agree = _tl([_step_line(0, "n1"), *lines[1:], _step(["n1", "n2"], 4)])
+    assert _hosts(agree) == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+
+
+@pytest.mark.parametrize("why,frames", [
+    ("cyclic", lambda L: [*L, _step(["n1", "n2"], 4, distribution="Cyclic")]),
+    ("a known rank elsewhere", lambda L: [_step_line(0, "n2"), *L[1:], _step(["n1", "n2"], 4)]),
+    ("not one task per rank", lambda L: [*L, _step(["n1", "n2"], 2)]),
+    ("torchrun", lambda L: [*[_step_line(r, local_rank=r % 2) for r in range(4)], _step(["n1", "n2"], 4)]),
+    ("two layouts", lambda L: [*L, _step(["n1", "n2"], 4), _step(["n2", "n1"], 4)]),
+])
+def test_no_layout_is_inferred_when_slurm_does_not_say_it(why: str, frames) -> None:  # type: ignore[no-untyped-def]
+    hosts = _hosts(_tl(frames([_step_line(r) for r in range(4)])))
+    assert hosts[1] is None and hosts[3] is None, why

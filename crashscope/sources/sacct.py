@@ -232,10 +232,12 @@ class SacctSource(FileSource):
                 times[key] = (t, q)
                 attrs[key] = _iso(t // 1_000_000_000)
         for key, out in (("elapsed", "elapsed"), ("jobname", "name"), ("reason", "reason"), ("user", "user"),
-                         ("uid", "uid"), ("partition", "partition"), ("failednode", "failed_node")):
+                         ("uid", "uid"), ("partition", "partition"), ("failednode", "failed_node"), ("layout", "distribution")):
             v = get.get(key)
             if v and v not in _EMPTY:
                 attrs[out] = v
+        if (v := get.get("ntasks")) and v.isdigit():
+            attrs["ntasks"] = int(v)
         time, quality = times.get("end") or times.get("start") or (None, TimeQuality.MISSING)
         self._emit(ctx, n, raw, attrs, time, quality)
 
@@ -358,6 +360,13 @@ class SacctSource(FileSource):
                 sattrs["nodelist"] = rng
             elif isinstance(nodes, dict) and isinstance(nodes.get("list"), list) and nodes["list"]:
                 sattrs["nodes"] = [str(x) for x in nodes["list"]]
+            # the step's task layout ("tasks": {"count": 4}, "task": {"distribution": "Block"}):
+            # which node ran which task id, for ranks no line names a node of
+            tasks, task = step.get("tasks"), step.get("task")
+            if isinstance(tasks, dict) and isinstance(tasks.get("count"), int) and not isinstance(tasks["count"], bool):
+                sattrs["ntasks"] = tasks["count"]
+            if isinstance(task, dict) and isinstance(task.get("distribution"), str) and task["distribution"] not in _EMPTY:
+                sattrs["distribution"] = task["distribution"]
             if isinstance(name_v, str) and name_v:
                 sattrs["name"] = name_v
             self._emit(ctx, None, f"sacct: StepId={job_id}.{step_name}", sattrs, stime, squality)

@@ -87,7 +87,7 @@ _PREFILTER_PARTS = (
     r"^\[[^\]]{8,40}\] (?:\[[^\]]{1,40}\] )?(?:error|fatal): ",  # daemon error lines
     r'^\{.*"log":"(?:\[[^\]]{1,40}\] )?(?:error|fatal): ',  # LogFileFormat=json
     r"^JobId=\d+ ",  # scontrol show job first line / -o; jobcomp/filetxt
-    r"^   (?:UserId|JobState|Requeue|RunTime|StartTime|NodeList|BatchHost)=",  # scontrol block
+    r"^   (?:UserId|JobState|Requeue|RunTime|StartTime|NodeList|BatchHost|NumNodes|Socks/Node)=",  # scontrol block
 )
 PREFILTER = "|".join(f"(?:{p})" for p in _PREFILTER_PARTS)
 
@@ -635,6 +635,10 @@ class _State:
                 ctx.warn("slurm: bad NodeList hostlist", b["line"], nodelist)
             attrs["nodes"] = nodes
             attrs["nodelist"] = nodelist
+        if kv.get("NumTasks", "").isdigit():
+            attrs["ntasks"] = int(kv["NumTasks"])
+        if (per := kv.get("NtasksPerN:B:S:C", "").split(":")[0]).isdigit() and int(per) > 0:
+            attrs["tasks_per_node"] = int(per)  # --ntasks-per-node
         if kv.get("FailedNode") not in (None, "", "(null)"):
             attrs["failed_node"] = kv["FailedNode"]
         if kv.get("Restarts", "").isdigit():
