@@ -66,6 +66,7 @@ SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # inci
 ARRIVAL_ORDER = "straggler-arrival-order"
 ARRIVAL_SLOWDOWN = 1.5  # the run's median step (else collective) interval after a split over before it
 ARRIVAL_MIN_INTERVALS = 4  # on each side of the split (and a fifth of the series)
+SLOWED_NONE_CONFIDENCE = 0.6  # a completed run whose steps slowed ARRIVAL_SLOWDOWN x, with no finding to say why
 ARRIVAL_MAX_SERIES, ARRIVAL_MAX_SPLITS = 16, 64  # the slowdown's cost stays flat at thousands of ranks and steps
 LONE_NETWORK = "lone-network-reset"  # analyses/lone_network.py: a reset and nothing else wrong
 PEER_LOG_MISSING = "the peer's own log (the other end of the reset connection): did that process die?"
@@ -161,6 +162,13 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             )
             if last_step is not None:
                 v.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
+            if (crawl := _slowdown(ev) or 0.0) >= ARRIVAL_SLOWDOWN:
+                # It finished, but its own pace fell part-way: what one slow rank (a throttled GPU, a starved
+                # host) does to a synchronous job, and what a clean run does not. Nothing here names the rank
+                # (synchronous steps print one pace everywhere), so "none" stands, but not as a sure thing.
+                v.confidence = min(v.confidence, SLOWED_NONE_CONFIDENCE)
+                v.summary += (f" Its steps slowed {crawl:.1f}x part-way, as one slow rank slows them all; nothing in "
+                              "these logs names one (TORCH_DISTRIBUTED_DEBUG=DETAIL's arrival order at the collectives would).")
             return v
         # "none" needs a success signal; logs that say neither are not a clean run.
         v.cause = "unknown"

@@ -361,3 +361,50 @@ def test_a_checkpoint_save_ended_by_a_sigkill_is_no_storage_evidence():
     assert saves_cut_by_kill([save, still]) == set()  # no kill: the hung save is the storage's
     other = f("first-killed", "node_failure", (2, 3), "The processes on n2 were the first to die, killed by SIGKILL")
     assert saves_cut_by_kill([save, other]) == set()  # the kill was elsewhere
+
+
+def test_a_completed_run_whose_steps_slowed_is_none_but_not_a_sure_thing():
+    # Without DETAIL nothing names the slow rank of a synchronous job (every rank prints one pace), but a
+    # completed run whose own pace fell 1.6x part-way is what one slow rank makes (the recorded mild CPU
+    # starvations slowed 1.7-2.4x; the clean completed runs 1.0-1.4x): "none", below the sure line
+    from crashscope.timeline import Timeline
+    from crashscope.verdict import decide
+
+    def run(slow_from: int | None) -> Timeline:
+        rows: list[dict] = [dict(source="sacct", kind="job_state", severity="info", message="State=COMPLETED", attrs={"state": "COMPLETED"})]
+        for r in range(4):
+            t = 0.0
+            for step in range(1, 41):
+                t += 0.8 if slow_from is not None and step >= slow_from else 0.5 + 0.01 * (step % 3)
+                rows.append(dict(source="applog", kind="train_step", severity="info", rank=r, host=HOST[r], file=f"logs/rank{r}.log",
+                                 line=step, t=t, message=f"step {step} loss 0.62", attrs={"step": step}))
+        return Timeline(make_events(*rows), None, ["n1", "n2"], 4, list(range(4)), {}, [], [])
+
+    v = decide([], run(slow_from=12))
+    assert (v.cause, v.confidence) == ("none", 0.6) and "Its steps slowed 1.6x part-way" in v.summary
+    steady = decide([], run(slow_from=None))
+    assert (steady.cause, steady.confidence) == ("none", 0.95) and "slowed" not in steady.summary
+
+
+def test_progress_lines_that_number_no_step_are_read_in_their_order():
+    # HF Trainer's PrinterCallback prints {'loss': ..., 'grad_norm': ..., 'learning_rate': ..., 'epoch': ...}, one
+    # dict per logging interval and no step number (cpu_starve_q2_rank3_info_torchrun: 0.5 s, then 2.6 s a line)
+    def rows(numbered: bool) -> list[dict]:
+        out, t = [], 0.0
+        for i in range(1, 41):
+            t += 2.6 if i >= 12 else 0.5
+            attrs = {"framework": "hf_trainer", "loss": 0.64, "epoch": round(i / 40, 2), "seen": i}
+            if numbered:
+                attrs["step"] = i
+            out.append(dict(source="applog", kind="train_step", severity="info", rank=0, host="n1", file="logs/rank0.log",
+                            line=i, t=t, message="{'loss': 0.64, 'grad_norm': 0.037, 'learning_rate': 0.0001}", attrs=attrs))
+        return out
+
+    (f,) = [f for f in throughput_collapse(make_events(*rows(numbered=False)), 4) if f.rule_id == "throughput-collapse"]
+    assert f.cause == "gpu_throttle" and "from progress line 12 (its steps are not numbered) on" in f.title
+    assert "time between progress lines 500 ms -> 2600 ms" in f.title
+    (g,) = [f for f in throughput_collapse(make_events(*rows(numbered=True)), 4) if f.rule_id == "throughput-collapse"]
+    assert "from step 12 on" in g.title
+    # one numbered series in the job: the unnumbered lines are not given places that could mix with its steps
+    mixed = rows(numbered=True)[:3] + [dict(r, file="slurm-1.out", rank=None) for r in rows(numbered=False)]
+    assert all("progress line" not in f.title for f in throughput_collapse(make_events(*mixed), 4))

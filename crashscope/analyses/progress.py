@@ -47,7 +47,14 @@ def _collapse(events: pl.DataFrame) -> list[Finding]:
     steps = steps.with_columns(
         pl.col("attrs").str.json_path_match("$.step_ms").cast(pl.Float64, strict=False).alias("_ms"),
         pl.col("attrs").str.json_path_match("$.step").cast(pl.Int64, strict=False).alias("_step"),
-    ).filter(pl.col("_step").is_not_null())
+    )
+    # Progress lines that number no step (HF Trainer's printed dicts: loss, learning_rate, epoch) come one
+    # per logging interval (every `logging_steps` steps): when no line of the job numbers its step, a
+    # line's place in its series (the source's `seen`, which counts the lines its sampling skipped) is.
+    ordinal = steps["_step"].null_count() == steps.height
+    if ordinal:
+        steps = steps.with_columns(pl.col("attrs").str.json_path_match("$.seen").cast(pl.Int64, strict=False).alias("_step"))
+    steps = steps.filter(pl.col("_step").is_not_null())
     # Lines that print no step time ("step 120 loss 2.31") give it by their stamps: the time
     # between two of a rank's progress lines over the steps between them (the series is sampled).
     by = ["file", "rank"]
@@ -91,7 +98,9 @@ def _collapse(events: pl.DataFrame) -> list[Finding]:
             message=r["message"] or "",
         ))
     t_ns = evidence[0].time
-    title = f"The job slowed down {after / before:.1f}x from step {row['_step']} on (median step time {before:.0f} ms -> {after:.0f} ms) and stayed slow"
+    at = f"progress line {row['_step']} (its steps are not numbered)" if ordinal else f"step {row['_step']}"
+    unit = "time between progress lines" if ordinal else "step time"
+    title = f"The job slowed down {after / before:.1f}x from {at} on (median {unit} {before:.0f} ms -> {after:.0f} ms) and stayed slow"
     return [
         Finding(
             rule_id=RULE_ID, title=title, cause="gpu_throttle", role="cause", status="stable", weight=WEIGHT,
