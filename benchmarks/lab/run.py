@@ -208,12 +208,28 @@ HELD_OUT_6 = {
     "iptables_rank2_info_torchrun": S("iptables", "torchrun", "fabric_timeout", [2], at=19, fmt="hf",
                                       debug="INFO"),
 }
+# Seventh round (3 runs): a straggler in a completed job WITHOUT DETAIL (no 'Running collective' lines, so no
+# arrival order; steps are synchronous, so every rank prints the same step time), and a clean control.
+HELD_OUT_7 = {
+    "cpu_starve_mild_rank1_nodebug_srun": S("cpu_starve", "srun", "gpu_throttle", [1], at=12, fmt="megatron",
+                                            quota_us=5000, period_us=100000, iters=40, debug=None),
+    "cpu_starve_mild_rank3_info_torchrun": S("cpu_starve", "torchrun", "gpu_throttle", [3], at=9, fmt="hf",
+                                             quota_us=5000, period_us=100000, iters=40, debug="INFO"),
+    "completed_nodebug_torchrun": S("completed", "torchrun", "none", fmt="plain", iters=40, debug=None),
+    # the two above barely slowed on a machine at load 10-12 (1.1x, 1.4x; check.py: the first 'did not slow down'):
+    # the same at a 2% quota
+    "cpu_starve_q2_rank1_nodebug_srun": S("cpu_starve", "srun", "gpu_throttle", [1], at=12, fmt="megatron",
+                                          quota_us=2000, period_us=100000, iters=40, debug=None),
+    "cpu_starve_q2_rank3_info_torchrun": S("cpu_starve", "torchrun", "gpu_throttle", [3], at=9, fmt="hf",
+                                           quota_us=2000, period_us=100000, iters=40, debug="INFO"),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
 SCENARIOS.update(HELD_OUT_4)
 SCENARIOS.update(HELD_OUT_5)
 SCENARIOS.update(HELD_OUT_6)
+SCENARIOS.update(HELD_OUT_7)
 
 
 def world_of(sc) -> int:
@@ -819,8 +835,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
-        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6,
-        "held_out_round": (6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
+        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6 or sid in HELD_OUT_7,
+        "held_out_round": (7 if sid in HELD_OUT_7 else 6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
                            else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
@@ -850,6 +866,7 @@ def main():
     ap.add_argument("--held-out-4", action="store_true", help="only the fourth held-out round (HELD_OUT_4)")
     ap.add_argument("--held-out-5", action="store_true", help="only the fifth held-out round (HELD_OUT_5)")
     ap.add_argument("--held-out-6", action="store_true", help="only the sixth held-out round (HELD_OUT_6)")
+    ap.add_argument("--held-out-7", action="store_true", help="only the seventh held-out round (HELD_OUT_7)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -860,7 +877,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")
