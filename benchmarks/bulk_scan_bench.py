@@ -7,6 +7,12 @@ Usage:
 Prints wall and CPU seconds of ``ingest(workers=1)`` for each path (plain first, then bulk,
 twice each) and checks both give the same number of events.
 
+    python benchmarks/bulk_scan_bench.py --passes /tmp/cs-bench/job_2GB --files 128 --pass-mib 16,32
+
+times ``_bulk_hits`` alone (one polars thread, CPU seconds, min of 5) over the job's
+``logs/*.log`` files cut into passes of each size, with the same hits per file checked
+across sizes: the number behind PASS_BYTES.
+
     python benchmarks/bulk_scan_bench.py --literals
 
 prints, for each top-level branch of each line source's prefilter, a set of literals one
@@ -136,9 +142,69 @@ def literals_report() -> None:
         print("\n".join(useless))
 
 
+def passes_report(job: str, files: int, sizes_mib: list[int]) -> None:
+    import os
+    from pathlib import Path
+
+    os.environ["POLARS_MAX_THREADS"] = "1"  # (read when polars first starts its pool)
+    paths = sorted(p for p in (Path(job) / "logs").glob("*.log") if 0 < p.stat().st_size <= ingest_mod.SMALL_FILE_BYTES)[:files]
+
+    def cut(limit: int) -> list[tuple[memoryview, list[tuple[int, int]]]]:
+        out, cur, size = [], [], 0
+
+        def push() -> None:
+            data = bytearray()
+            spans = []
+            for q in cur:
+                b = q.read_bytes()
+                spans.append((len(data), len(b)))
+                data += b if b.endswith(b"\n") else b + b"\n"
+            out.append((memoryview(data), spans))
+
+        for q in paths:
+            n = q.stat().st_size
+            if cur and size + n + 1 > limit:
+                push()
+                cur, size = [], 0
+            cur.append(q)
+            size += n + 1
+        if cur:
+            push()
+        return out
+
+    sets = {m: cut(m * 1024 * 1024) for m in sizes_mib}
+    hits = {m: [h for mv, spans in bufs for h in ingest_mod._bulk_hits(mv, spans)] for m, bufs in sets.items()}
+    first = next(iter(hits.values()))
+    for m, h in hits.items():
+        if [(x or (None,))[1:] for x in h] != [(x or (None,))[1:] for x in first] or any(
+            (a is None) != (b is None) or (a is not None and b is not None and not a[0].equals(b[0])) for a, b in zip(h, first)
+        ):
+            sys.exit(f"passes of {m} MiB gave other hits")
+    mb = sum(q.stat().st_size for q in paths) / 1e6
+    best = {m: float("inf") for m in sets}
+    for _ in range(5):
+        for m, bufs in sets.items():
+            c = time.process_time()
+            for mv, spans in bufs:
+                ingest_mod._bulk_hits(mv, spans)
+            best[m] = min(best[m], time.process_time() - c)
+    for m in sets:
+        print(f"passes of {m:3d} MiB: {len(sets[m]):4d} passes, {best[m]:.3f} CPU s for {mb:.0f} MB ({mb / best[m]:.0f} MB per CPU s)")
+
+
 def main() -> None:
     if sys.argv[1:] == ["--literals"]:
         literals_report()
+        return
+    if sys.argv[1:2] == ["--passes"]:
+        import argparse
+
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--passes", required=True, help="a job directory with logs/*.log (the ingest benchmark's)")
+        ap.add_argument("--files", type=int, default=128)
+        ap.add_argument("--pass-mib", default="16,32")
+        a = ap.parse_args()
+        passes_report(a.passes, a.files, [int(x) for x in a.pass_mib.split(",")])
         return
     job = sys.argv[1]
     counts = set()
