@@ -263,3 +263,36 @@ def test_host_versions_grouped_equal_one_row_at_a_time() -> None:
             rows.append({"host": rng.choice(["n1", "n2", "n3"]), "time": rng.choice([None, *range(50)]), "attrs": attrs})
         frame = pl.DataFrame(rows, schema={"host": pl.String, "time": pl.Int64, "attrs": pl.String})
         assert dict(_host_versions(frame)) == _host_versions_rows(frame)
+
+
+def _versions_reference(ver: pl.DataFrame) -> dict[str, float]:
+    """The version features with a JSON path per row (the former way)."""
+    f: dict[str, float] = {}
+    d = ver.filter(pl.col("host").is_not_null()).select(
+        F._attr("component").alias("c"), F._attr("version").alias("v"), "host").drop_nulls()
+    if d.height == 0:
+        return f
+    per = d.group_by("c").agg(pl.col("v").n_unique().alias("n"), pl.col("host").n_unique().alias("h")).filter(pl.col("h") >= 2)
+    if per.height == 0:
+        return f
+    differing = per.filter(pl.col("n") > 1)
+    f["ver_components_differing"] = math.log1p(differing.height)
+    f["ver_max_distinct"] = float(min(5, int(per["n"].max()))) - 1.0  # type: ignore[arg-type]
+    names = set(differing["c"].to_list())
+    for c in F.VERSION_COMPONENTS:
+        f[f"ver_differs:{c}"] = 1.0 if c in names else 0.0
+    return f
+
+
+@pytest.mark.parametrize("job", [j.name for j in JOBS])
+def test_version_features_read_once_per_text_equal_json_paths(analysed: dict, job: str) -> None:
+    tl, _, _ = analysed[job]
+    ver = tl.events.filter(pl.col("kind") == "version")
+    extra = make_events(dict(kind="version", host="n9", attrs={"component": "driver", "version": "1"}),
+                        dict(kind="version", host="n8", attrs={"component": "driver", "version": "2"}),
+                        dict(kind="version", host=None, attrs={"component": "nccl", "version": "3"}),
+                        dict(kind="version", host="n8", attrs=None))
+    for frame in (ver, pl.concat([ver, extra]) if ver.height else extra):
+        got: dict[str, float] = {}
+        F._versions(got, frame)
+        assert got == _versions_reference(frame)

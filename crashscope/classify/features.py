@@ -276,9 +276,10 @@ def _attr(key: str, dtype: Any = pl.String) -> pl.Expr:
 def _versions(f: dict[str, float], ver: pl.DataFrame) -> None:
     if ver.height == 0:
         return
-    d = ver.filter(pl.col("host").is_not_null()).select(
-        _attr("component").alias("c"), _attr("version").alias("v"), "host"
-    ).drop_nulls()
+    # hosts repeat the same few version records: each distinct attrs text is read once
+    vh = ver.filter(pl.col("host").is_not_null()).select("host", "attrs")
+    u = vh.select("attrs").unique().with_columns(_attr("component").alias("c"), _attr("version").alias("v"))
+    d = vh.join(u, on="attrs", how="left").select("c", "v", "host").drop_nulls()
     if d.height == 0:
         return
     # Per component: distinct values over hosts (a host printing two values counts once each).
