@@ -315,15 +315,27 @@ def host_hint_from_path(rel: str) -> str | None:
 # ``\u@\h:\w\$``, RHEL ``[\u@\h \W]\$``), zsh's ``%n@%m %~ %#``, a conda env in front.
 _PROMPT = regex.compile(
     r"(?m)^(?:\([^()\s]{1,64}\) ?)?\[?[a-z_][a-z0-9_.-]{0,31}@([A-Za-z0-9][A-Za-z0-9.-]{0,252})"
-    r"(?::[^\s$#%]{0,200}| [^\n$#%\]]{1,200}?)\]? ?[$#%] +\S"
+    r"(?::[^\s$#%]{0,200}| [^\n$#%\]]{1,200}?)\]? ?[$#%] +(?:sudo +(?:-[ugpCDhRTU] +\S+ +|-\S+ +)*)?(?P<cmd>\S+)"
 )
+# Commands whose output is about other hosts: scheduler and accounting clients (Slurm, PBS/Torque,
+# SGE, LSF, HTCondor, Kubernetes) and the ones that run a command elsewhere. A prompt before them
+# names where they were typed (a login node), not where the job ran.
+_ELSEWHERE_COMMANDS = frozenset((
+    "sacct", "scontrol", "squeue", "sinfo", "sstat", "seff", "sshare", "sprio", "sreport", "sacctmgr", "srun", "salloc",
+    "qacct", "qstat", "qhost", "tracejob", "pbsnodes", "bjobs", "bhist", "bacct", "bhosts", "condor_q", "condor_history",
+    "kubectl", "oc", "ssh", "pdsh", "clush", "ansible", "mpirun", "mpiexec",
+))
 _PROMPT_HOST = regex.compile(r"^(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{0,62}$")  # a letter: not an IPv4 address
 
 
 def host_hint_from_prompt(head: str) -> str | None:
     """The host of the shell prompts in a pasted terminal session (``root@node4:~# dmesg``),
-    when every prompt in ``head`` names the same one; None otherwise."""
-    hosts = {m.group(1).split(".", 1)[0] for m in _PROMPT.finditer(head)}
+    when every prompt in ``head`` names the same one and no command at one of them reports on
+    or runs on other hosts (``user@login1:~$ sacct -j 42``); None otherwise."""
+    prompts = list(_PROMPT.finditer(head))
+    if any(m.group("cmd").rsplit("/", 1)[-1] in _ELSEWHERE_COMMANDS for m in prompts):
+        return None
+    hosts = {m.group(1).split(".", 1)[0] for m in prompts}
     if len(hosts) != 1:
         return None
     host = hosts.pop()

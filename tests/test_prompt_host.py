@@ -35,6 +35,12 @@ def test_a_prompt_names_the_host(head: str, host: str) -> None:
         "root@10.0.0.1:~# dmesg\n",  # an address, not a name
         "user@localhost:~$ ls\n",
         "NCCL INFO cudaDriverVersion 12020\n",
+        # typed on a login node, about a job elsewhere (tests/data/real/xqtl-156: qacct's hostname is node55)
+        "hs3163@csglogin:~$ qacct -j 2253236\nhostname     node55\n",
+        "alice@login1:~$ sacct -j 42 -o JobID,State,NodeList\n",
+        "root@login1:~# sudo -u bob /usr/bin/scontrol show job 42\n",
+        "alice@login1:~$ ssh gpu-07 dmesg\n",
+        "alice@login1:~$ cat run.log\nalice@login1:~$ kubectl logs trainer-0\n",
     ],
 )
 def test_no_host_without_one_prompt_host(head: str) -> None:
