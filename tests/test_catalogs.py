@@ -314,3 +314,36 @@ def test_scheduler_records_decide_the_outcome(tmp_path: Path, name: str, text: s
     (tmp_path / name).write_text(text)
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause"),
+    [
+        # libnvidia-container's requirement check inside a kubelet event (NVIDIA/libnvidia-container src/cli/configure.c)
+        ("describe.txt", "  Warning  Failed  3s  kubelet  Error: failed to create containerd task: OCI runtime create failed: "
+         "error running hook #0: error running hook: exit status 1, stdout: , stderr: nvidia-container-cli: requirement error: "
+         "unsatisfied condition: cuda>=12.4, please update your driver to a newer version, or use an earlier cuda container: unknown\n", "driver_drift"),
+        # an architecture requirement is a GPU model mismatch, not driver drift
+        ("describe.txt", "stderr: nvidia-container-cli: requirement error: unsatisfied condition: arch>=8.0\n", "unknown"),
+        # nvidia-docker 1.0's own check
+        ("run.log", "nvidia-docker | 2016/04/21 21:41:35 Error: unsupported CUDA version: driver 7.0 < image 7.5\n", "driver_drift"),
+        # enroot: the image lacks the program it is asked to run (NVIDIA/enroot bin/enroot-switchroot.c) ...
+        ("enroot.log", "$ enroot start distroless python3 train.py\n"
+         "enroot-switchroot: failed to execute: python3: No such file or directory\n", "software_error"),
+        # ... a mount that forbids exec is not the image's fault
+        ("enroot.log", "enroot-switchroot: failed to execute: /bin/sh: Permission denied\n", "unknown"),
+        # the TPU runtime's program-load OOM (openxla/xla docs/errors/error_0101.md)
+        ("train.log", "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Error loading program 'jit_train_step': Attempting to reserve "
+         "51.43G at the bottom of memory. That was not possible. There are 46.61G free, 0B reserved, and 46.61G reservable.\n", "oom"),
+        # aws-ofi-nccl's fi_av_insert failure as the Last error of a DistBackendError
+        ("rank0.log", "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+         "internal error - please report this issue to the NCCL developers, NCCL version 2.21.5\n[rank0]: ncclInternalError: Internal check failed.\n"
+         "[rank0]: Last error:\n[rank0]: NET/OFI CM: Unable to insert remote address into address vector for device. RC: No route to host\n", "fabric_timeout"),
+    ],
+)
+def test_container_runtime_and_plugin_texts_name_the_cause(tmp_path: Path, name: str, text: str, cause: str) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause

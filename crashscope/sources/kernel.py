@@ -252,6 +252,13 @@ _HOST_KERNEL = lazy_compile(r"^(?P<host>[\w.:-]+)\skernel:\s?")
 # Another daemon's syslog line: "host ident[pid]: " (bsd stamps always have host+ident).
 _HOST_OTHER = lazy_compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)(?:\[\d+\])?:\s")
 _HOST_OTHER_PID = lazy_compile(r"^(?P<host>[\w.:-]+)\s(?P<ident>[^\s:\[]+)\[\d+\]:\s")
+# talosctl dmesg (siderolabs/talos, the kernel ring buffer of each node it asks):
+# "<node>: <facility>: <severity, right-aligned to 7>: [<RFC 3339 time, UTC>]: <message>",
+# e.g. "10.5.0.3: kern:    info: [2022-07-28T11:49:42.505423063Z]: cni0: ...".
+_TALOS = lazy_compile(
+    r"^(?P<host>[\w.:-]+): (?P<fac>[a-z]+[0-9]?): {0,6}(?:emerg|alert|crit|err|warning|notice|info|debug): "
+    r"\[(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))\]: ?"
+)
 
 
 @dataclass(slots=True)
@@ -281,6 +288,12 @@ def _container(text: str, ctx: ParseContext, n: int | None = None) -> _Line | No
         return _json_line(text, ctx, n)
     if gm := _GREP_PREFIX.match(text):
         text = text[gm.end():]
+    if tm := _TALOS.match(text):
+        if tm.group("fac") != "kern":
+            return None  # another facility's record (talosctl dmesg shows the whole ring buffer)
+        talos = _Line(text[tm.end():], host=tm.group("host"))
+        talos.time, talos.quality = iso_to_ns(tm.group("iso"), ctx)
+        return talos
     m = _KMSG.match(text)
     if m:
         return _Line(m.group("msg"), mono_us=int(m.group("usec")))
@@ -996,6 +1009,7 @@ _SNIFF_KERNEL = lazy_compile(
       | \[[A-Z][a-z]{{2}}\s(?:{_MON})\s{{1,2}}\d{{1,2}}\s\d\d:\d\d:\d\d\s\d{{4}}\]\s  # dmesg -T
       | \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{{6}}[+-]\d\d:\d\d\s                 # dmesg --time-format iso
       | \d{{1,4}},\d+,\d+,[^;\s]*;                                              # /dev/kmsg
+      | [\w.:-]+:\s[a-z]+\d?:\s{{0,6}}(?:emerg|alert|crit|err|warning|notice|info|debug):\s\[\d{{4}}-\d\d-\d\dT[^\]\s]+\]:  # talosctl dmesg
       | (?:(?:{_MON})\s{{1,2}}\d{{1,2}}\s\d\d:\d\d:\d\d(?:\.\d+)?|\d{{4}}-\d\d-\d\dT\S+|\[\s*\d+\.\d+\])\s\S+\skernel:  # journal / syslog
     )""",
     regex.VERBOSE,

@@ -228,3 +228,19 @@ def test_sniff():
     assert SOURCE.sniff(nccl, "slurm-123.out") == 0.0
     assert SOURCE.sniff("", "x") == 0.0
     assert SOURCE.sniff("\x00\xff garbage", "x") == 0.0
+
+
+def test_talosctl_dmesg_lines_keep_node_time_and_message():
+    # siderolabs/talos `talosctl dmesg`: "<node>: <facility>: <severity %7s>: [<RFC 3339>]: <message>"
+    text = (
+        "10.5.0.3: kern:    info: [2022-07-28T11:49:42.505423063Z]: cni0: port 1(veth32488a86) entered forwarding state\n"
+        "k8s-0: kern:     err: [2026-02-05T19:14:13.467216703Z]: NVRM: Xid (PCI:0000:41:00): 79, pid=1234, GPU has fallen off the bus.\n"
+        "k8s-0: user: warning: [2026-02-05T19:14:14.000000000Z]: [talos] NVRM: Xid (PCI:0000:41:00): 79, echoed by a service\n"
+    )
+    rows, _ = parse(text)
+    xids = [r for r in rows if r["kind"] == "xid"]
+    assert len(xids) == 1  # the user-facility record is not the kernel's
+    r = xids[0]
+    assert r["host"] == "k8s-0" and r["time_quality"] == "exact" and r["attrs"]["xid"] == 79
+    assert r["time"].timestamp() == pytest.approx(datetime(2026, 2, 5, 19, 14, 13, 467216, tzinfo=timezone.utc).timestamp())
+    assert SOURCE.sniff(text * 10, "dmesg.txt") >= 0.9
