@@ -47,10 +47,11 @@ SMALL_FILE_BYTES = 16 * 1024 * 1024
 # Files scanned together in one polars pass: enough MiB to amortise a pass's fixed cost
 # (~10 ms: each regex call on the big prefilters builds its lazy DFA afresh, ~1 ms even for
 # a hundred lines; the split by file) and small enough that the allocator reuses its
-# buffers. 100 rank logs of 1.9 MB, one process: 8 MiB 0.89 CPU s, 16 MiB 0.72; _bulk_hits
-# alone over 128 rank logs (240 MB, min of 5, loaded machine): 16 MiB 488 MB/CPU s, 24 MiB
-# 560, 32 MiB 532-604, 64 MiB 421 (out of cache).
-PASS_BYTES = 32 * 1024 * 1024
+# buffers. 100 rank logs of 1.9 MB, one process: 8 MiB 0.89 CPU s, 16 MiB 0.72. _bulk_hits
+# alone (benchmarks/bulk_scan_bench.py --passes, loaded machine) was 0-20% faster with 32
+# MiB passes, but a whole ingest of 256 rank logs was not (1.68-1.72 user CPU s either way)
+# and each worker's peak RSS grew from ~165 to ~250 MB: 16 MiB.
+PASS_BYTES = 16 * 1024 * 1024
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024  # below this, worker start-up costs more than it saves
 PARALLEL_MIN_FILES = 2_000  # ... unless there are this many files (a few ms of fixed cost each)
 MAX_WORKERS = 8
