@@ -177,20 +177,25 @@ def _own_words(loss: pl.DataFrame, reports: pl.DataFrame | None) -> pl.DataFrame
     """``loss`` without the lines of torchrun's failure summary (``ChildFailedError``: a
     ``[n]:`` block per failed rank, ``time : ...`` then the rank's error.json traceback):
     torchrun's agent prints them when it reports, so their time is the agent's, not when
-    the rank spoke. A block runs from its report line to the next report in that file."""
-    if reports is None or reports.height == 0:
+    the rank spoke. A block runs from its report line to the next report in that file (the
+    last one 200 lines on); the blocks of a file are contiguous, so a line is inside one
+    when it is before the end of the block of the nearest report line above it."""
+    if reports is None or reports.height == 0 or loss.height == 0:
         return loss
-    drop: list[tuple[str, int, int]] = []
-    for key, g in reports.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null()).group_by("file"):
-        lines = sorted(int(x) for x in g["line"].to_list())
-        for a, b in zip(lines, lines[1:] + [lines[-1] + 200]):
-            drop.append((str(key[0]), a, b))
-    if not drop:
+    starts = (reports.select("file", pl.col("line").cast(pl.Int64).alias("_a"))
+              .filter(pl.col("file").is_not_null() & pl.col("_a").is_not_null()).unique().sort("file", "_a"))
+    if starts.height == 0:
         return loss
-    keep = pl.lit(True)
-    for name, a, b in drop[:1000]:
-        keep = keep & ~((pl.col("file") == name) & (pl.col("line") > a) & (pl.col("line") < b))
-    return loss.filter(keep)
+    blocks = starts.with_columns(pl.col("_a").shift(-1).over("file").fill_null(pl.col("_a") + 200).alias("_b")).sort("_a")
+    lines = (loss.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), "file", pl.col("line").cast(pl.Int64).alias("_l"))
+             .filter(pl.col("file").is_not_null() & pl.col("_l").is_not_null())
+             .with_columns((pl.col("_l") - 1).alias("_k")).sort("_k"))
+    # the nearest report line strictly above (a < line, i.e. a <= line - 1) in the same file
+    hit = lines.join_asof(blocks.rename({"_a": "_k"}), on="_k", by="file", strategy="backward", check_sortedness=False)
+    inside = hit.filter(pl.col("_b").is_not_null() & (pl.col("_l") < pl.col("_b")))["_p"]
+    if inside.len() == 0:
+        return loss
+    return loss.with_row_index("_p").filter(~pl.col("_p").is_in(inside.implode())).drop("_p")
 
 
 def _late_closers(loss: pl.DataFrame, seen: set[int], reports: pl.DataFrame | None = None) -> set[int]:
