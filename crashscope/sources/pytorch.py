@@ -365,6 +365,18 @@ def _task(prefix) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return {"srun_task": prefix.task} if prefix.task is not None else {}
 
 
+def _shown(raw: str) -> str:
+    """What a terminal shows of a line carriage returns overwrote (a tqdm bar left
+    unterminated before the traceback printed after it: ``45%|####| 90/200 [..]\\rTraceback``):
+    the launcher's prefix and the text after the last ``\\r``."""
+    body = raw.rstrip("\r\n")
+    if "\r" not in body:
+        return raw
+    _, rest = split_prefix(body)
+    last = body.rsplit("\r", 1)[1]
+    return (body[: len(body) - len(rest)] + last) if last.strip() else raw
+
+
 class PytorchSource(LineSource):
     name = "pytorch"
     description = "PyTorch distributed: c10d watchdog/errors, desync, torchrun agent, ChildFailedError, tracebacks, CUDA OOM"
@@ -433,6 +445,8 @@ class _Parser:
         continued one) is the same record's next line (``logger.error("...: %s", exc)`` where
         the exception text spans lines, such as gloo's "... Original exception: \\n[...] Timed
         out waiting 30000ms for recv operation to complete")."""
+        if "\r" in raw:
+            raw = _shown(raw)
         prefix, text = split_prefix(raw)
         ident: dict[str, Any] | None = None
         if prefix.task is None and prefix.local_rank is None and prefix.rank is None:

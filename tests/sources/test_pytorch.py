@@ -374,3 +374,16 @@ def test_traceback_printed_by_logger_exception_gets_the_records_rank():
     rows, _ = _rows(text)
     (r,) = [r for r in rows if r["kind"] == "exception"]
     assert r["rank"] == 3 and r["time"] == _ns("2026-12-01T12:11:47.696") and r["attrs"]["type"] == "RuntimeError"
+
+
+def test_a_traceback_after_an_unterminated_progress_bar_is_read():
+    # tqdm redraws with '\r' and the traceback printed next lands on the bar's line
+    bar = " 45%|\u2588\u2588\u2588\u2588\u258c     | 90/200 [00:09<00:11,  9.81it/s]\r"
+    text = (f"[rank3]:{bar}Traceback (most recent call last):\n"
+            '[rank3]:  File "train.py", line 9, in <module>\n'
+            "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    rows, _ = _rows(text)
+    (exc,) = [r for r in rows if r["kind"] == "exception"]
+    assert exc["rank"] == 3 and exc["line"] == 3 and "illegal memory access" in exc["message"]
+    # a bar alone reads as no error
+    assert not [r for r in _rows(bar + "\n")[0] if r["kind"] == "exception"]
