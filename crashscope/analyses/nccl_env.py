@@ -185,6 +185,11 @@ def _collect(events: pl.DataFrame) -> EnvState:
         w.gdr = {k: evs[i] for k, i in gdr.get(key, {}).items()}
     if ib_row is not None:
         st.ib_evidence = evs[ib_row]
+    return _ib_seen_in_errors(events, st)
+
+
+def _ib_seen_in_errors(events: pl.DataFrame, st: EnvState) -> EnvState:
+    """No NCCL IB init line: an IB network error or an mlx link event says IB was in use."""
     if not st.ib_present:
         ib = events.filter(
             ((pl.col("kind") == Kind.NETWORK_ERROR.value) & (pl.col("attrs").str.contains('"transport":"ib"', literal=True)))
@@ -228,15 +233,7 @@ def _collect_rows(events: pl.DataFrame) -> EnvState:
                 w.gdr.setdefault(bool(a.get("gdr")), ev)
         elif a.get("network"):
             w.network = (str(a["network"]), ev)
-    if not st.ib_present:
-        ib = events.filter(
-            ((pl.col("kind") == Kind.NETWORK_ERROR.value) & (pl.col("attrs").str.contains('"transport":"ib"', literal=True)))
-            | ((pl.col("kind") == Kind.LINK_EVENT.value) & pl.col("message").str.contains("mlx"))
-        )
-        if ib.height:
-            st.ib_present = True
-            st.ib_evidence = _evidence(ib.row(0, named=True))
-    return st
+    return _ib_seen_in_errors(events, st)
 
 
 def _names(ws: list[Who]) -> str:
