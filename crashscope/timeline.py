@@ -256,7 +256,7 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     line's format read the same thing (same file, line and kind), its event is the one kept."""
     cat = pl.col("source") == "catalog"
     idx = ev.with_row_index("_ct")
-    c = idx.filter(cat).select("_ct", "file", "line", "kind", "message")
+    c = idx.filter(cat).select("_ct", "file", "line", "kind", "message", "attrs")
     if not c.height:
         return ev
     # Only the catalog's rows are looked up (two joins of the whole frame cost ~3 s at
@@ -265,6 +265,11 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     # a twin, and the semi join of all 687k rows cost ~0.1 s at 16,384 ranks)
     other = ev.select("source", "file", "line", "kind").filter(
         ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())).drop("source")
+    # A generic error line (another source's log_error: a slurmstepd 'error:' line) twinned
+    # by a catalog text that names a cause (enroot's 'failed to execute' in that line) is not
+    # the same fact: the catalog's reading of the cause stays beside it.
+    says_cause = ((pl.col("kind") == Kind.LOG_ERROR.value) & pl.col("_role").eq("cause")).fill_null(False)
+    c = c.with_columns(pl.col("attrs").str.json_path_match("$.role").alias("_role")).filter(~says_cause).drop("attrs", "_role")
     twins = c.join(other, on=["file", "line", "kind"], how="semi")["_ct"]
     # The same text echoed elsewhere (an NCCL WARN repeated as "Last error:" inside a
     # PyTorch exception in another file) is the same fact: the source's own event stays.

@@ -363,3 +363,17 @@ def test_the_steps_block_layout_names_the_node_of_ranks_no_line_ties_to_one() ->
 def test_no_layout_is_inferred_when_slurm_does_not_say_it(why: str, frames) -> None:  # type: ignore[no-untyped-def]
     hosts = _hosts(_tl(frames([_step_line(r) for r in range(4)])))
     assert hosts[1] is None and hosts[3] is None, why
+
+
+def test_a_catalog_cause_read_in_a_generic_error_line_stays_beside_it() -> None:
+    # NVIDIA/pyxis#61: slurmstepd's 'error: pyxis: ... enroot-switchroot: failed to execute: ...'
+    line = "slurmstepd: error: pyxis:     enroot-switchroot: failed to execute: /bin/bash: No such file or directory"
+    generic = make_event(kind="log_error", source="slurm", host=None, file="slurm-77.out", line=3, message=line, attrs={"daemon": "slurmstepd"})
+
+    def catalog(role: str) -> pl.DataFrame:
+        return make_event(kind="log_error", source="catalog", host=None, file="slurm-77.out", line=3, message=line,
+                          attrs={"catalog": "container", "name": "enroot_exec_missing", "cause": "software_error", "role": role})
+    kept = _tl([generic, catalog("cause")]).events
+    assert sorted(kept["source"].cast(pl.String).to_list()) == ["catalog", "slurm"]
+    # a catalog reading that names no cause is the same fact as the source's own: one event
+    assert _tl([generic, catalog("context")]).events["source"].cast(pl.String).to_list() == ["slurm"]
