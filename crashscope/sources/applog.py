@@ -449,6 +449,20 @@ class _Line:
     glog: bool = False  # c10/glog: "[Rank N]" in the message is a process-group rank, not the process's
 
 
+class _CatalogReads:
+    """Whether the catalog source reads a line: one of its texts matches there, not only one
+    of their anchors (an ERROR line with 'Processor' or 'Killed' in it that no catalog text
+    matches is still this source's error)."""
+
+    def __init__(self, cats: Any):
+        self.cats = cats
+
+    def search(self, raw: str) -> bool:
+        from crashscope import catalogs
+
+        return bool(self.cats.quick.search(raw)) and bool(catalogs.match_text(raw[:8192], self.cats))
+
+
 class ApplogSource(LineSource):
     name = "applog"
     description = "Application logs: per-rank progress (train steps), checkpoint saves, last activity, app errors"
@@ -963,7 +977,7 @@ class _Parser:
             # The others: the stdlib's engine too, as the ingest splits its hits by source with
             # (``ingest._split_regex``), whose compiled copies ``re``'s cache hands back here
             # for nothing (``regex`` compiled them again: 0.03 s of a 12-file job).
-            self._others = [catalogs.load().quick if s.name == "catalog" else _prefilter_rx(s.prefilter)
+            self._others = [_CatalogReads(catalogs.load()) if s.name == "catalog" else _prefilter_rx(s.prefilter)
                             for s in LINE_SOURCES if s.name != "applog"]
         sig = hdr.level + ":" + regex.sub(r"\d+", "#", msg[:120])
         if any(rx.search(raw) for rx in self._others):

@@ -377,3 +377,14 @@ def test_rank_of_world_field_after_the_level_is_the_lines_rank():
     rows = [r for r in _rows(text)[0] if r["kind"] == "train_step"]
     assert [r["rank"] for r in rows] == [1, 3]
     assert rows[0]["message"].startswith("[n1] train - step 12")
+
+
+def test_an_error_line_with_a_catalog_anchor_but_no_catalog_text_stays_an_error():
+    # ' not responding' anchors the catalog's Slurm 'Nodes X not responding' text; this line is not it
+    rows, _ = _rows("2026-09-17 04:05:01,100 - train - ERROR - metrics server not responding, retrying in 5 s\n")
+    (err,) = _kind(rows, "log_error")
+    assert err["severity"] == "error" and not err["attrs"].get("anchor")
+    # a line the catalog does read stays the catalog's (an info anchor here, for the time)
+    rows, _ = _rows("2026-09-17 04:05:01,100 - train - ERROR - RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    (err,) = _kind(rows, "log_error")
+    assert err["attrs"].get("anchor") is True
