@@ -592,21 +592,7 @@ class _Parser:
             return
 
     def _segment(self, n: int, raw: str, seg: str, p_rank, p_lr, task, mpi, glued: bool) -> None:  # type: ignore[no-untyped-def]
-        hdr = self._header(seg)
-        msg = hdr.msg
-        line_rank = None
-        host = None
-        if not hdr.glog and msg.startswith(("[", "r", "R", "g", "G", "h", "- [", "| [")):
-            if (m := _MSG_RANK.match(msg)) and m.end() < len(msg):
-                line_rank, msg = int(m.group("r1") or m.group("r2") or m.group("r3")), msg[m.end():]
-            elif (m := _MSG_HOST.match(msg)) and m.end() < len(msg):
-                host, msg = m.group("host"), msg[m.end():]
-            if line_rank is not None or host is not None:
-                # the identity field may come before the stamp or the level: "[rank 3] 2026-.. INFO msg",
-                # "[%(asctime)s][rank%(rank)s][%(levelname)s] msg"
-                hdr, msg = self._header_after_identity(hdr, msg)
-        elif not hdr.glog and hdr.logger and line_rank is None and (m := _MSG_RANK.fullmatch(f"[{hdr.logger}]")):
-            line_rank = int(m.group("r1") or m.group("r2") or m.group("r3"))  # "[%(levelname)s][rank%(rank)s] msg"
+        hdr, msg, line_rank, host = self._identity(self._header(seg))
         if "GLOBAL_RANK: " in msg and (m := _LIGHTNING_INIT.search(msg)):
             self.learned_ranks.add(int(m.group("rank")))
             self.learned_rank = int(m.group("rank")) if len(self.learned_ranks) == 1 else None
@@ -695,6 +681,23 @@ class _Parser:
         if c in "DIWEC" and (m := _H_BASIC.match(s)):
             return _Line(m.group("msg"), None, None, m.group("lvl"), m.group("name"))
         return _Line(s)
+
+    def _identity(self, hdr: _Line) -> tuple[_Line, str, int | None, str | None]:
+        """The header, the message, and the rank or host field the message leads with."""
+        msg = hdr.msg
+        line_rank = host = None
+        if not hdr.glog and msg.startswith(("[", "r", "R", "g", "G", "h", "- [", "| [")):
+            if (m := _MSG_RANK.match(msg)) and m.end() < len(msg):
+                line_rank, msg = int(m.group("r1") or m.group("r2") or m.group("r3")), msg[m.end():]
+            elif (m := _MSG_HOST.match(msg)) and m.end() < len(msg):
+                host, msg = m.group("host"), msg[m.end():]
+            if line_rank is not None or host is not None:
+                # the identity field may come before the stamp or the level: "[rank 3] 2026-.. INFO msg",
+                # "[%(asctime)s][rank%(rank)s][%(levelname)s] msg"
+                hdr, msg = self._header_after_identity(hdr, msg)
+        elif not hdr.glog and hdr.logger and (m := _MSG_RANK.fullmatch(f"[{hdr.logger}]")):
+            line_rank = int(m.group("r1") or m.group("r2") or m.group("r3"))  # "[%(levelname)s][rank%(rank)s] msg"
+        return hdr, msg, line_rank, host
 
     def _header_after_identity(self, hdr: _Line, msg: str) -> tuple[_Line, str]:
         """The stamp and level that follow a leading rank or host field, when the line's
@@ -1042,12 +1045,9 @@ class HeaderReader:
         message names first (``[rank 1/4]``, ``rank=1``, ...) and its time."""
         seg = text.rsplit("\r", 1)[-1]
         seg = _ANSI.sub("", seg) if "\x1b" in seg else seg
-        hdr = self._parser._header(seg)
+        hdr, _, rank, _ = self._parser._identity(self._parser._header(seg))
         if hdr.time is None and hdr.level is None:
             return False, None, None, None
-        rank = None
-        if not hdr.glog and (m := _MSG_RANK.match(hdr.msg)) and m.end() < len(hdr.msg):
-            rank = int(m.group("r1") or m.group("r2") or m.group("r3"))
         return True, rank, hdr.time, hdr.tq
 
 

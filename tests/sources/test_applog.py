@@ -388,3 +388,15 @@ def test_an_error_line_with_a_catalog_anchor_but_no_catalog_text_stays_an_error(
     rows, _ = _rows("2026-09-17 04:05:01,100 - train - ERROR - RuntimeError: CUDA error: an illegal memory access was encountered\n")
     (err,) = _kind(rows, "log_error")
     assert err["attrs"].get("anchor") is True
+
+
+def test_the_header_reader_sees_an_identity_field_before_the_stamp():
+    # what the pytorch source asks for a record's continuation lines (gloo's 'Original exception:')
+    from crashscope.sources.applog import HeaderReader
+    from crashscope.sources.base import FileInfo, ParseContext
+
+    reader = HeaderReader(ParseContext(FileInfo(path="logs/rank3.log", name="rank3.log"), "pytorch", UTC_OPTS))
+    starts, rank, t, _ = reader.read("[rank 3] 2026-09-17 04:05:01,100 ERROR rank 3 failed: RuntimeError: boom")
+    assert starts and rank == 3 and t is not None
+    assert reader.read("[2026-09-17 04:05:01,100][rank3][ERROR] failed")[:2] == (True, 3)
+    assert reader.read("  File \"train.py\", line 3, in <module>")[0] is False
