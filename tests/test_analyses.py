@@ -5,7 +5,7 @@ a throughput collapse. Events are built in code; the texts are those real runs w
 from __future__ import annotations
 
 from crashscope.analyses.progress import throughput_collapse
-from crashscope.analyses.silence import MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks
+from crashscope.analyses.silence import MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks, step_cancelled
 from tests.factories import make_events
 
 GLOO_TIMEOUT = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete"
@@ -408,3 +408,25 @@ def test_progress_lines_that_number_no_step_are_read_in_their_order():
     # one numbered series in the job: the unnumbered lines are not given places that could mix with its steps
     mixed = rows(numbered=True)[:3] + [dict(r, file="slurm-1.out", rank=None) for r in rows(numbered=False)]
     assert all("progress line" not in f.title for f in throughput_collapse(make_events(*mixed), 4))
+
+
+def test_a_step_the_controller_ended_before_any_task_died_was_cancelled_from_outside():
+    # fixtures/recorded/scancel_step_w3_srun's slurm-89.out: banner, srun's abort, then the kills
+    banner = dict(source="slurm", kind="job_cancel", severity="error", host="n1", t=10.0, line=296, file="slurm-89.out",
+                  message="slurmstepd-n1: error: *** STEP 89.0 ON n1 CANCELLED AT 2026-12-01T23:05:21 ***",
+                  attrs={"entity": "step", "id": "89.0", "job_id": "89", "step": "0", "node": "n1", "reason": "CANCELLED"})
+    abort = dict(source="slurm", kind="job_step", severity="warning", host=None, t=10.0, line=297, file="slurm-89.out",
+                 message="srun: Job step aborted: Waiting up to 12 seconds for job step to finish.", attrs={"action": "abort_wait", "seconds": 12})
+    killed = dict(source="slurm", kind="process_exit", severity="error", host="n2", t=10.0, line=298, file="slurm-89.out",
+                  message="srun: error: n2: task 2: Killed", attrs={"hosts": ["n2"], "tasks": [2], "signal": "SIGKILL"})
+    prog = [_progress(r, 0.0) for r in range(3)]
+    ev = make_events(*prog, banner, abort, killed)
+    (f,) = step_cancelled(ev, 3)
+    assert (f.rule_id, f.cause, f.role, f.evidence[0].line) == ("step-cancelled", "preemption", "cause", 296)
+    assert first_killed(ev, 3) == []  # the kill was the cancel's, not the node's
+    # srun's own end of the step after a task died (nodekill_n2_srun): the exit line comes first
+    after = make_events(*prog, dict(killed, line=394), dict(banner, line=396))
+    assert step_cancelled(after, 3) == [] and len(first_killed(after, 3)) == 1
+    # a banner that says why is its own rule's; a banner alone in a paste says no order
+    assert step_cancelled(make_events(*prog, dict(banner, attrs={**banner["attrs"], "reason": "TIME LIMIT"}), abort, killed), 3) == []
+    assert step_cancelled(make_events(*prog, banner), 3) == []

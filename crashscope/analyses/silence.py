@@ -497,6 +497,61 @@ def _step_kill_requested(events: pl.DataFrame) -> bool:
     return False
 
 
+def _aborted_before_any_exit(events: pl.DataFrame) -> list[dict[str, Any]]:
+    """The job output's step-end lines that came before any task's exit line in that file:
+    slurmstepd's ``*** STEP <id> ON <node> CANCELLED AT <t> ***`` banner and srun's ``Job step
+    aborted: Waiting up to N seconds for job step to finish.`` (srun answering the
+    controller's end of the step). srun prints each task's exit as it learns of it, so when
+    it ends the step itself after a bad exit (``--kill-on-bad-exit``) the exit comes first,
+    then ``_step_signal: Terminating StepId``, then the banners; when the controller ends it
+    (scancel, a time limit, preemption, a failed node) the banner and the abort come first."""
+    sl = events.filter((pl.col("source") == "slurm") & pl.col("file").is_not_null() & pl.col("line").is_not_null())
+    ends = sl.filter((pl.col("kind") == Kind.JOB_CANCEL.value)
+                     | ((pl.col("kind") == Kind.JOB_STEP.value) & pl.col("attrs").str.contains('"action":"abort_wait"', literal=True)))
+    if ends.height == 0:
+        return []
+    exits = sl.filter(pl.col("kind") == Kind.PROCESS_EXIT.value).group_by("file").agg(pl.col("line").min().alias("_x"))
+    # only a file that shows both says which came first (a pasted banner alone says nothing)
+    early = ends.join(exits, on="file", how="inner").filter(pl.col("line") < pl.col("_x"))
+    return list(early.sort("line").iter_rows(named=True))
+
+
+STEP_CANCEL_WEIGHT = 0.5  # who cancelled and why is in sacct or slurmctld's log, not here
+
+
+def step_cancelled(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """The controller ended the step before any task failed and no banner says why (no ``DUE
+    TO TIME LIMIT``/``PREEMPTION``/``NODE FAILURE``, no ``CANCELLED BY``): it was cancelled
+    from outside the job (``scancel``, an administrator, the scheduler). The taxonomy's
+    preemption: the scheduler ended the job, not the job itself."""
+    early = _aborted_before_any_exit(events)
+    banners = [r for r in early if r["kind"] == Kind.JOB_CANCEL.value]
+    if not banners:
+        return []
+    cancels = events.filter(pl.col("kind") == Kind.JOB_CANCEL.value)["attrs"].drop_nulls().to_list()
+    if any(attrs_of(a).get("reason") not in (None, "CANCELLED") for a in cancels[:10_000]):
+        return []  # a banner that says why: its own rule reads it
+    first = banners[0]
+    ev = Evidence(
+        time=None if first["time"] is None else int(first["time"].timestamp() * 1_000_000_000), host=first["host"],
+        rank=None, gpu=None, gpu_index=None, file=first["file"] or "", line=first["line"], source=str(first["source"]),
+        kind=str(first["kind"]), message=first["message"] or "",
+    )
+    return [
+        Finding(
+            rule_id="step-cancelled", title="The step was cancelled from outside the job before any task failed",
+            cause="preemption", role="cause", status="stable", weight=STEP_CANCEL_WEIGHT, first_time=ev.time, count=1,
+            hosts=(), ranks=(), gpus=(), evidence=(ev,),
+            explanation=(
+                "slurmstepd printed the step's cancel banner (no reason given) before srun reported any task's exit: "
+                "the controller ended the step (scancel, an administrator, the scheduler), and the tasks were killed "
+                "by it. sacct (`State` CANCELLED by <uid>) or slurmctld's log says who."
+            ),
+            actions=("Check who cancelled the job: `sacct -j <job> -o JobID,State,Reason` and slurmctld's log; resubmit if it was not on purpose.",),
+        )
+    ]
+
+
 KILLED_WEIGHT = 0.45  # below any OOM-killer or hardware line, which say why
 TERMINATING = ("SIGTERM", "SIGINT", "SIGHUP")
 
@@ -518,7 +573,7 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
         return []
     first = exits.row(0, named=True)
     a = attrs_of(first["attrs"])
-    if a.get("signal") != "SIGKILL" or _step_kill_requested(events):
+    if a.get("signal") != "SIGKILL" or _step_kill_requested(events) or _aborted_before_any_exit(events):
         return []
     t0 = first["time"]
     # Ranks that complained before the kill had seen trouble first: not this pattern.
