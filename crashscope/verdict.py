@@ -52,6 +52,7 @@ CONFIDENT_LINE = 0.8  # a verdict at or above this must be right (evaluation.CON
 CAP_BASE, CAP_SLOPE = 0.3, 0.65  # evidence_cap(w) = 0.3 + 0.65 w: 0.6 -> 0.69, 0.9 -> 0.885
 RUN_END_CONFIDENCE = 0.75  # the program said it finished; no scheduler or exit record confirms it
 PROGRESS_END_CONFIDENCE = 0.6  # its last iteration ran; the final save or teardown may still have failed
+EXITED_CONFIDENCE = 0.5  # a process reached interpreter exit and printed no failure; its exit code is unknown
 LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where a rank stopped
 # Findings that say where a rank stopped or hung but not why; they name node_failure only
 # for want of a reason. A finding that says why about the same rank (an Xid, a throttled
@@ -145,22 +146,26 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         return v
     if not failed and outcome in (None, "COMPLETED"):
         last_step = None if outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) else _final_step(ev)
-        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) or last_step is not None
+        exited = last_step is None and not (outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev)) and _exited(ev)
+        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) or last_step is not None or exited
         v.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
         if success:
             v.cause = "none"
             v.confidence = (
                 0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev)
-                else PROGRESS_END_CONFIDENCE if last_step is not None else RUN_END_CONFIDENCE
+                else PROGRESS_END_CONFIDENCE if last_step is not None else EXITED_CONFIDENCE if exited else RUN_END_CONFIDENCE
             )
             v.summary = (
                 "The job completed normally." if outcome == "COMPLETED"
                 else "Every process exited with code 0 and no failure signal was found." if _clean_exits(ev)
                 else f"The trainer's progress reached its last iteration ({last_step}) and no failure signal was found; "
                 "no exit status or scheduler record confirms the end." if last_step is not None
+                else "A process reached its normal exit (PyTorch's exit-time process-group warning) and no failure "
+                "signal was found; nothing says it exited 0 (an uncaught exception exits the same way, its traceback "
+                "first)." if exited
                 else "The run said it finished and no failure signal was found."
             )
-            if last_step is not None:
+            if last_step is not None or exited:
                 v.missing.append("the job's exit status (sacct, the job's stdout/stderr, or the launcher's exit lines)")
             if (crawl := _slowdown(ev) or 0.0) >= ARRIVAL_SLOWDOWN:
                 # It finished, but its own pace fell part-way: what one slow rank (a throttled GPU, a starved
@@ -541,8 +546,23 @@ def _final_step(ev: pl.DataFrame) -> str | None:
 
 
 def _run_finished(ev: pl.DataFrame) -> bool:
-    """A trainer or benchmark said it finished (applog's run_end)."""
-    return ev.filter(pl.col("kind") == Kind.RUN_END.value).height > 0
+    """A trainer or benchmark said it finished (applog's run_end, a catalog's success record)."""
+    return _run_ends(ev, "success")
+
+
+def _exited(ev: pl.DataFrame) -> bool:
+    """A process reached interpreter exit (PyTorch's exit-time process-group warning): not
+    killed, not aborted, but an uncaught exception exits the same way."""
+    return _run_ends(ev, "exited")
+
+
+def _run_ends(ev: pl.DataFrame, outcome: str) -> bool:
+    ends = ev.filter(pl.col("kind") == Kind.RUN_END.value)
+    if ends.height == 0:
+        return False
+    # a run_end without an outcome is a success record (applog and the catalogs always set one)
+    got = ends["attrs"].str.json_path_match("$.outcome").fill_null("success")
+    return bool((got == outcome).any())
 
 
 def _blend(per_cause: dict[str, float], clf: dict[str, Any] | None) -> dict[str, float]:

@@ -347,3 +347,42 @@ def test_container_runtime_and_plugin_texts_name_the_cause(tmp_path: Path, name:
     (tmp_path / name).write_text(text)
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause
+
+
+EXIT_WARN = ("[rank0]:[W1207 11:02:40.112233445 ProcessGroupNCCL.cpp:1521] Warning: WARNING: destroy_process_group() was not called "
+             "before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown "
+             "(function operator())\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause", "at_most"),
+    [
+        # PyTorch's exit-time warning: the process reached interpreter exit and nothing failed ...
+        ("train.out", "step 100 loss 1.93\n" + EXIT_WARN, "none", 0.5),
+        # ... but an uncaught exception exits the same way, its traceback first
+        ("train.out", "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/w/train.py\", line 9, in <module>\n"
+         "[rank0]:     main()\n[rank0]: KeyError: 'labels'\n" + EXIT_WARN, "software_error", 0.79),
+        # Horovod's shutdown on a surviving rank is a symptom: no cause without the other rank's error ...
+        ("horovod.log", "[1,0]<stderr>:tensorflow.python.framework.errors_impl.UnknownError: Horovod has been shut down. This was caused by "
+         "an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. "
+         "If the shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.\n", "unknown", 0.5),
+        # ... Ray's ActorDiedError for a worker process that died, with Ray's list of guesses (not an observed SIGKILL) ...
+        ("driver.log", "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: RayTrainWorker\n"
+         "\tactor_id: 0a1b2c3d4e5f60718293a4b501000000\n\tip: 10.0.3.17\nThe actor is dead because its worker process has died. Worker exit type: "
+         "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
+         "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called.\n", "unknown", 0.5),
+        # ... and torchelastic's agent failing to reach its rendezvous store
+        ("agent.log", "Traceback (most recent call last):\n  File \"/opt/conda/bin/torchrun\", line 33, in <module>\n    sys.exit(main())\n"
+         "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n", "unknown", 0.5),
+        # the nv:: CUDA_CHECK helper's "<file>:<line>: CUDA error <n>: <string>" names the error
+        ("worker-3.log", "terminate called after throwing an instance of 'nv::CudaException'\n"
+         "  what():  src/hashtable/nv_hashtable.cu:88: CUDA error 2: out of memory\n", "oom", 0.79),
+    ],
+)
+def test_launcher_symptoms_and_exit_records(tmp_path: Path, name: str, text: str, cause: str, at_most: float) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause
+    assert report.confidence <= at_most
