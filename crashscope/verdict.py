@@ -235,8 +235,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     primary = best[top][1] if top in best else None
     same = [f for _, f in scored if f.cause == top]
     if primary is not None and not primary.hosts:
-        # Job-level statements (sacct NODE_FAIL) name no host; a corroborating finding may.
-        located = next((f for f in same if f.hosts), None)
+        # Job-level statements (sacct NODE_FAIL) name no host; a corroborating finding may,
+        # or, on a job with no real host names, the rank (torchrun's root-cause entry).
+        located = next((f for f in same if f.hosts), None) or (
+            None if primary.ranks else next((f for f in same if f.ranks and len(f.ranks) <= MAX_NAMED_RANKS), None)
+        )
         if located is not None:
             primary = located
     borrowed = None
@@ -601,9 +604,16 @@ def _hang_suspects(tl: Timeline) -> list[tuple[str | None, int]]:
     """Ranks that did not report the timeout every other rank reported."""
     for g in tl.groups:
         if g.kind == Kind.COLLECTIVE_TIMEOUT.value and g.missing_ranks:
-            ev = tl.events.filter(pl.col("rank").is_in(g.missing_ranks) & pl.col("host").is_not_null())
+            # A rank that read a peer's close instead of timing out was alive in the collective;
+            # one that said nothing at all is the likelier hang, when there is one.
+            spoke = set(
+                tl.events.filter(pl.col("rank").is_in(g.missing_ranks) & (pl.col("kind") == Kind.NETWORK_ERROR.value))
+                .get_column("rank").to_list()
+            )
+            missing = [r for r in g.missing_ranks if r not in spoke] or list(g.missing_ranks)
+            ev = tl.events.filter(pl.col("rank").is_in(missing) & pl.col("host").is_not_null())
             host_of = dict(ev.group_by("rank").agg(pl.col("host").mode().first()).iter_rows())
-            return [(host_of.get(r), r) for r in g.missing_ranks[:64]]
+            return [(host_of.get(r), r) for r in missing[:64]]
     return []
 
 

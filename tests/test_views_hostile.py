@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _job_dirs() -> list[Path]:
     out: list[Path] = []
-    for base in (ROOT / "fixtures" / "jobs", ROOT / "fixtures" / "recorded", ROOT / "fixtures" / "recorded_fr", ROOT / "tests" / "data" / "real"):
+    for base in (ROOT / "fixtures" / "jobs", ROOT / "fixtures" / "recorded", ROOT / "fixtures" / "recorded_fr", ROOT / "tests" / "data" / "real", ROOT / "tests" / "data" / "torchrun_local"):
         if base.is_dir():
             out += sorted(p for p in base.iterdir() if p.is_dir())
     return out

@@ -1,0 +1,47 @@
+"""Plain torchrun runs on one host, recorded by benchmarks/lab/local_torchrun.py: only the
+console output, a print-based training script unlike the lab's (progress from rank 0 only,
+no per-rank files, no TORCH_DISTRIBUTED_DEBUG). Real torch 2.13 gloo output, faults made by
+the worker itself at step 30."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crashscope.pipeline import analyze
+
+DATA = Path(__file__).resolve().parent / "data" / "torchrun_local"
+
+
+def _report(name: str):  # type: ignore[no-untyped-def]
+    report, _, _ = analyze(DATA / name)
+    return report
+
+
+def test_the_exception_on_one_rank_is_the_cause_and_names_it() -> None:
+    r = _report("exc")
+    assert r.cause == "software_error"
+    assert r.implicated.ranks == [2]
+    assert r.first_failure is not None and r.first_failure.rank == 2 and "KeyError" in r.first_failure.message
+
+
+def test_a_rank_killed_by_sigkill_is_named_though_nothing_says_why() -> None:
+    # torchrun's root-cause entry names the rank and the signal; no line says who sent it.
+    r = _report("kill")
+    assert r.implicated.ranks == [2]
+    assert r.confidence < 0.8
+    assert r.first_failure is not None and r.first_failure.rank == 2
+
+
+def test_the_stopped_rank_is_the_hang_suspect() -> None:
+    # Ranks 0, 2, 3 time out or read a close; rank 1 (SIGSTOP) says nothing until torchrun kills it.
+    r = _report("stop")
+    assert r.implicated.ranks == [1]
+    assert r.confidence < 0.8
+
+
+def test_a_rank_that_read_a_close_is_not_taken_for_the_silent_one() -> None:
+    # Rank 1 fell silent allocating memory; rank 3 read rank 0's close instead of timing out
+    # itself, which says it was alive in the collective: only rank 1 is the suspect.
+    r = _report("stall")
+    assert r.implicated.ranks == [1]
+    assert r.cause != "none" and r.confidence < 0.8
