@@ -223,6 +223,27 @@ HELD_OUT_7 = {
     "cpu_starve_q2_rank3_info_torchrun": S("cpu_starve", "torchrun", "gpu_throttle", [3], at=9, fmt="hf",
                                            quota_us=2000, period_us=100000, iters=40, debug="INFO"),
 }
+# Eighth round: the receiving-end reading of the iptables cuts (docs/lab.md, "The iptables recordings": the
+# rank that sends to the cut rank blocks on its first send, the cut rank on its receive), on knobs it could
+# lean on: world 3 (rank 2 alone on n2; rank 0, the TCPStore host under srun), world 6 (the last rank, whose
+# ring neighbours are rank 4 and rank 0 across the nodes), DDP without debug under torchrun, rank 0 under
+# torchrun without debug, a late iteration; and two controls of other kinds (a stopped rank without DETAIL,
+# a clean run with INFO).
+HELD_OUT_8 = {
+    "iptables_rank2_w3_nodebug_srun": S("iptables", "srun", "fabric_timeout", [2], at=11, fmt="plain", world=3,
+                                        debug=None),
+    "iptables_rank0_w3_info_srun": S("iptables", "srun", "fabric_timeout", [0], at=15, fmt="hf", world=3,
+                                     debug="INFO"),
+    "iptables_rank5_w6_info_srun": S("iptables", "srun", "fabric_timeout", [5], at=9, fmt="megatron", world=6,
+                                     debug="INFO"),
+    "iptables_rank2_ddp_nodebug_torchrun": S("iptables", "torchrun", "fabric_timeout", [2], at=21, fmt="plain",
+                                             ddp=True, debug=None),
+    "iptables_rank0_nodebug_torchrun": S("iptables", "torchrun", "fabric_timeout", [0], at=14, fmt="hf", debug=None),
+    "iptables_rank3_info_srun": S("iptables", "srun", "fabric_timeout", [3], at=26, fmt="megatron", debug="INFO"),
+    "sigstop_rank1_nodebug_torchrun": S("sigstop", "torchrun", "node_failure", [1], at=12, fmt="megatron",
+                                        debug=None),
+    "completed_info_srun": S("completed", "srun", "none", fmt="hf", iters=40, debug="INFO"),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
@@ -230,6 +251,7 @@ SCENARIOS.update(HELD_OUT_4)
 SCENARIOS.update(HELD_OUT_5)
 SCENARIOS.update(HELD_OUT_6)
 SCENARIOS.update(HELD_OUT_7)
+SCENARIOS.update(HELD_OUT_8)
 
 
 def world_of(sc) -> int:
@@ -835,8 +857,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
-        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6 or sid in HELD_OUT_7,
-        "held_out_round": (7 if sid in HELD_OUT_7 else 6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
+        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6 or sid in HELD_OUT_7 or sid in HELD_OUT_8,
+        "held_out_round": (8 if sid in HELD_OUT_8 else 7 if sid in HELD_OUT_7 else 6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
                            else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
@@ -867,6 +889,7 @@ def main():
     ap.add_argument("--held-out-5", action="store_true", help="only the fifth held-out round (HELD_OUT_5)")
     ap.add_argument("--held-out-6", action="store_true", help="only the sixth held-out round (HELD_OUT_6)")
     ap.add_argument("--held-out-7", action="store_true", help="only the seventh held-out round (HELD_OUT_7)")
+    ap.add_argument("--held-out-8", action="store_true", help="only the eighth held-out round (HELD_OUT_8)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -877,7 +900,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_8 if args.held_out_8 else HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")

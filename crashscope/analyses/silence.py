@@ -75,7 +75,7 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     reporters -= late
     if late:  # where and when the late rank stopped: from the ranks' own lines, not torchrun's summary of them
         own, loss = _own_words(own, reports), _own_words(loss, reports)
-    mutual = None if late else _mutual_timeout(loss, seen, events, world)
+    mutual = None if late else _mutual_timeout(loss, seen, events, world, own)
     if mutual is not None:
         return [mutual]
     named = _named_lagging(loss)
@@ -261,7 +261,7 @@ MUTUAL_WEIGHT = 0.4  # says what (the data stopped between live ranks), not wher
 
 
 def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | None = None,
-                    world: int | None = None) -> Finding | None:
+                    world: int | None = None, own: pl.DataFrame | None = None) -> Finding | None:
     """Every rank of the job reported, at the same moment, that gloo gave up waiting
     (``Timed out waiting Nms``), or that a peer closed the pair on its own timeout
     (``Connection closed by peer`` right after: gloo's signalException closes every pair of a
@@ -269,8 +269,10 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
     was alive and inside a collective: none died, none hung outside one. Data that stops
     between live ranks is the network's (``fabric_timeout``) unless the ranks were in different
     collectives (a desync; Flight Recorder dumps or DETAIL fingerprints show that, and outweigh
-    this). gloo's texts name no peer, and with every rank waiting on another the waits do not
-    say which link: no culprit is named."""
+    this). gloo's texts name no peer; where the ring allreduce's waits show the broken link
+    (:func:`_ring_link`), its receiving end is the suspect, at this finding's weight (it is the
+    cut end whenever the cut rank lost its network before it received the segment it waits for;
+    not when it had that segment and waited to pass it on)."""
     if len(seen) < 3 or loss.filter(pl.col("kind") == Kind.DESYNC_REPORT.value).height:
         return None
     if events is not None and events.filter(pl.col("kind") == Kind.COLLECTIVE.value).height:
@@ -298,8 +300,7 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
              if isinstance(a[r].get("timeout_ms"), (int, float))]
     link = _ring_link(first, a, events) if events is not None and world == len(first) else None
     order = sorted(first, key=lambda r: (r not in (link or ()), r))  # the link's two ends first
-    rows = [first[r] for r in order]
-    evidence = tuple(_evidence(dict(r, _t=_ns(r["time"]))) for r in rows[:MAX_EVIDENCE])
+    rows = [dict(first[r], _t=_ns(first[r]["time"])) for r in order]
     ms = max((float(a[r]["timeout_ms"]) for r in timed if isinstance(a[r].get("timeout_ms"), (int, float))), default=None)
     title = (f"All {len(first)} ranks timed out waiting for each other at the same moment"
              + (f" (gloo, {ms / 1000:.0f} s)" if ms else "") + ": every rank was alive inside a collective and the data "
@@ -307,31 +308,37 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
     where = ("gloo's texts name no peer, so which link is not known.")
     action = ""
     hosts: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    first_time = _ns(min(began)) if began else rows[0]["_t"]
     if link is not None:
         recv_r, send_r = link
         host_of = _host_of(events.filter(pl.col("rank").is_in(list(link)) & pl.col("host").is_not_null())) if events is not None else {}
-        nodes = {host_of.get(r) for r in link}
-        # both ends on one node (a rank's node: what the lines about it say most often -- its own logging
-        # header, srun's task records, torchrun's node rank): whichever end was cut, it is there
-        node = next(iter(nodes)) if len(nodes) == 1 and None not in nodes else None
         ends = [f"rank {r}" + (f" ({h})" if (h := first[r].get("host") or host_of.get(r)) else "") for r in (recv_r, send_r)]
-        title += f", on the link between {ends[0]} and {ends[1]}"
+        node = first[recv_r].get("host") or host_of.get(recv_r)
+        ranks, hosts = (recv_r,), ((node,) if node else ())
+        title += f", on the link between {ends[0]} and {ends[1]}; the receiving end, {ends[0]}, is the suspect"
         where = (f"In gloo's ring allreduce rank {send_r} sends to rank {recv_r} (gloo/allreduce.cc: send to rank-1, receive "
                  f"from rank+1); rank {send_r} timed out on that send and rank {recv_r} on that receive in the same all_reduce "
-                 "(the Flight Recorder dumps). A send completes only once the receiver's ready-to-receive notice has "
-                 "arrived and the data is written (gloo/transport/tcp/pair.cc), so either rank "
-                 f"{recv_r}'s notice or rank {send_r}'s data went unanswered for the whole timeout between two live processes: "
-                 "that connection is the break. The texts are the same whichever end lost its network (a cut at "
-                 "either end, or of the link between them), so no culprit rank is named.")
-        if node is not None:
-            hosts = (node,)
-            title += ", a link inside one node"  # the summary adds " on <node>"
-            where += (f" Both ends run on {node} (where Slurm and the ranks' own logs place them), so whichever end "
-                      f"lost its network, that node holds it: {node} is implicated, no rank.")
-        action = f"Start with the path between {ends[0]} and {ends[1]}: "
+                 "(the Flight Recorder dumps). A send is written only once the receiver's ready-to-receive notice has "
+                 "arrived, and completes when written, delivered or not (gloo/transport/tcp/pair.cc), so that connection "
+                 f"carried nothing for the whole timeout between two live processes: the break is at one of its ends. A rank "
+                 "cut off before it received the segment it waits for never gets its notices through, so the rank that "
+                 "sends to it blocks on that send while it blocks on its receive: the break is at the receiving end, "
+                 f"rank {recv_r}. The other end is the cut one only if it lost its network after it had received its "
+                 f"segment and before rank {recv_r}'s notice for it arrived; the texts are the same, so rank {recv_r} is a "
+                 f"suspect, not a finding (rank {send_r} next).")
+        action = f"Start with rank {recv_r}'s network path, then rank {send_r}'s ({ends[0]} <-> {ends[1]}): "
+        if own is not None:
+            # where the suspect stopped: its last line before the waits gave up (the data stopped after it)
+            calm = own.filter(~pl.col("severity").cast(pl.String).is_in(BAD))
+            last = _last_own_event(calm, [recv_r], loss["time"].drop_nulls().min()).get(recv_r)
+            if last is not None and last["_t"] is not None and last["_t"] < rows[0]["_t"]:
+                rows.insert(0, last)
+                first_time = last["_t"] if first_time is None else min(first_time, last["_t"])
+    evidence = tuple(_evidence(r) for r in rows[:MAX_EVIDENCE])
     return Finding(
         rule_id=MUTUAL_RULE_ID, title=title, cause="fabric_timeout", role="cause", status="stable", weight=MUTUAL_WEIGHT,
-        first_time=_ns(min(began)) if began else evidence[0].time, count=len(first), hosts=hosts, ranks=(), gpus=(),
+        first_time=first_time, count=len(first), hosts=hosts, ranks=ranks, gpus=(),
         evidence=evidence,
         explanation=(
             "A gloo timeout is raised by the rank that was waiting, so each of these ranks was alive and in a "
