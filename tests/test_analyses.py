@@ -200,47 +200,44 @@ def _mutual(waits: str, ops: tuple[str, ...] = ("gloo:all_reduce",) * 4, fr: boo
         ev += [_fr(r, s, "gloo:all_reduce", t=-0.3 + s / 100) for r in range(4) for s in (31, 32)]
         ev += [_fr(r, 33, ops[r]) for r in range(4)]
     (f,) = silent_ranks(make_events(*ev), 4)
-    assert (f.rule_id, f.cause, f.ranks) == ("mutual-timeout", "fabric_timeout", ())  # never a culprit rank
-    # a node only when the link the waits name lies inside it (both ends there)
-    assert f.hosts in ((), ("n1",), ("n2",)) and (not f.hosts) == ("inside one node" not in f.title), f.title
+    assert (f.rule_id, f.cause, f.weight) == ("mutual-timeout", "fabric_timeout", MUTUAL_WEIGHT)  # a suspect, not a finding
+    # a rank (and its node) only with the link the waits name: its receiving end
+    assert ("link between" in f.title) == bool(f.ranks) and f.hosts == tuple(HOST[r] for r in f.ranks), f.title
     return f
 
 
-def test_a_send_timeout_beside_its_receivers_recv_timeout_names_the_link_not_a_rank():
+def test_a_send_timeout_beside_its_receivers_recv_timeout_names_the_link_and_its_receiving_end():
     # rank 1 sends to rank 0 in the ring; it timed out on that send, rank 0 on that receive
     f = _mutual("recv send recv recv")
-    assert "on the link between rank 0 (n1) and rank 1 (n1)" in f.title
-    assert "so no culprit rank is named" in f.explanation and f.actions[0].startswith("Start with the path between rank 0")
-    assert {f.evidence[0].rank, f.evidence[1].rank} == {0, 1}  # the link's two ends first
+    assert "on the link between rank 0 (n1) and rank 1 (n1); the receiving end, rank 0 (n1), is the suspect" in f.title
+    assert (f.ranks, f.hosts) == ((0,), ("n1",))
+    assert "rank 0 is a suspect, not a finding (rank 1 next)" in f.explanation
+    assert f.actions[0].startswith("Start with rank 0's network path, then rank 1's")
+    # where the suspect stopped first (its last calm line, here its dump's last collective: the first
+    # failure), then the link's two ends
+    assert (f.evidence[0].rank, f.evidence[0].kind, f.first_time) == (0, "collective", f.evidence[0].time)
+    assert f.evidence[0].time < f.evidence[1].time
+    assert {f.evidence[1].rank, f.evidence[2].rank} == {0, 1}
 
 
-def test_a_broken_link_inside_one_node_implicates_that_node_and_no_rank():
-    # ranks 0 and 1 both run on n1: whichever end was cut (iptables_rank0_nodebug_srun: rank 0), it is on n1
-    f = _mutual("recv send recv recv")
-    assert (f.hosts, f.ranks, f.weight) == (("n1",), (), MUTUAL_WEIGHT)  # the confidence stays as it was
-    assert "a link inside one node" in f.title and "Both ends run on n1" in f.explanation and "n1 is implicated, no rank" in f.explanation
-    # rank 3 sends to rank 2 on n2 (iptables_rank2_info_srun: rank 2 cut)
-    assert _mutual("recv recv recv send").hosts == ("n2",)
+def test_the_receiving_end_is_named_wherever_the_link_lies():
+    assert _mutual("recv recv recv send").ranks == (2,)  # rank 3 sends to rank 2 (iptables_rank2_info_srun: rank 2 cut)
+    f = _mutual("send recv recv recv")  # rank 0 (n1) sends to rank 3 (n2), across the nodes
+    assert (f.ranks, f.hosts) == ((3,), ("n2",))
+    assert _mutual("recv recv send recv").ranks == (1,)  # rank 2 (n2) sends to rank 1 (n1)
+    assert _mutual("recv recv recv recv").ranks == ()  # no link, no suspect
 
 
-def test_a_broken_link_between_two_nodes_implicates_nothing():
-    f = _mutual("send recv recv recv")  # rank 0 (n1) sends to rank 3 (n2)
-    assert "on the link between rank 3 (n2) and rank 0 (n1)" in f.title
-    assert (f.hosts, f.ranks) == ((), ()) and "inside one node" not in f.title and "implicated" not in f.explanation
-    assert _mutual("recv recv send recv").hosts == ()  # rank 2 (n2) sends to rank 1 (n1)
-    assert _mutual("recv recv recv recv").hosts == ()  # no link, no node
-
-
-def test_the_link_node_comes_from_the_ranks_lines_not_only_the_timeouts():
+def test_the_suspects_node_comes_from_the_ranks_lines_not_only_the_timeouts():
     # torchrun's summary lines carry no node: the ranks' own logging headers ([rank 0/4] [n1]) say where they ran
     ev = [*[_progress(r, 0.0) for r in range(4)], *[dict(_wait(r, w), host=None) for r, w in enumerate("recv send recv recv".split())],
           *[_fr(r, s, t=-0.3 + s / 100) for r in range(4) for s in (31, 32)], *[_fr(r, 33) for r in range(4)]]
     (f,) = silent_ranks(make_events(*ev), 4)
-    assert (f.rule_id, f.hosts, f.ranks) == ("mutual-timeout", ("n1",), ())
-    # a rank whose node no line says: its end may be anywhere, so nothing is implicated
-    ev1 = [dict(e, host=None) if e["rank"] == 1 else e for e in ev]
-    (g,) = silent_ranks(make_events(*ev1), 4)
-    assert (g.rule_id, g.hosts) == ("mutual-timeout", ()) and g.title.endswith("link between rank 0 (n1) and rank 1")
+    assert (f.rule_id, f.hosts, f.ranks) == ("mutual-timeout", ("n1",), (0,))
+    # a suspect whose node no line says: the rank, no node
+    ev0 = [dict(e, host=None) if e["rank"] == 0 else e for e in ev]
+    (g,) = silent_ranks(make_events(*ev0), 4)
+    assert (g.rule_id, g.hosts, g.ranks) == ("mutual-timeout", (), (0,)) and "link between rank 0 and rank 1 (n1)" in g.title
 
 
 def test_the_ring_closes_from_rank_zero_to_the_last_rank():
@@ -290,7 +287,7 @@ RECORDED_LINKS = {
 }
 
 
-def test_the_recorded_iptables_runs_name_the_broken_link_and_no_culprit():
+def test_the_recorded_iptables_runs_name_the_broken_link_and_its_receiving_end():
     import json
     import re
     from pathlib import Path
@@ -305,13 +302,12 @@ def test_the_recorded_iptables_runs_name_the_broken_link_and_no_culprit():
         got = (int(m.group(1)), int(m.group(2))) if m else None
         assert got == want, (rid, rep["summary"])
         assert got is None or cut in got, rid  # the cut rank is one end of the link the waits name
-        assert (rep["cause"], rep["implicated"]["ranks"]) == ("fabric_timeout", []), rid
-        # a node only when both ends ran on it (then it is the cut rank's): rank0_nodebug_srun (0-1 on n1),
-        # rank2_nodebug_torchrun (2-3 on n2); the links 1-2 and 3-0 cross the nodes
-        ends = {HOST[r] for r in got} if got else set()
-        want_nodes = sorted(ends) if len(ends) == 1 else []
-        assert rep["implicated"]["nodes"] == want_nodes, (rid, rep["implicated"])
-        assert not want_nodes or list(cases[rid].nodes) == want_nodes == [HOST[cut]], rid  # the cut rank's node
+        assert rep["cause"] == "fabric_timeout" and rep["confidence"] < 0.8, rid
+        # the receiving end (and its node) is the suspect; iptables_rank0_torchrun's cut fell inside the
+        # all_reduce after rank 0 had its segment, so there the sending end was the cut one
+        assert rep["implicated"]["ranks"] == ([got[0]] if got else []), (rid, rep["implicated"])
+        assert rep["implicated"]["nodes"] == ([HOST[got[0]]] if got else []), (rid, rep["implicated"])
+        assert (got is None) or (got[0] == cut) == (rid != "iptables_rank0_torchrun"), rid
 
 
 # A rank alone on its node is named by the arrival order when it began to be last part-way

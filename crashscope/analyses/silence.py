@@ -363,8 +363,10 @@ def _ring_link(first: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], e
     (``transport/tcp/pair.cc``). So when rank x timed out on its send to x-1 and x-1 on its recv
     from x in the same all_reduce, either x-1 had posted the recv x waited for (its notice never
     arrived) or x had already written the segment x-1 waited for (it never arrived): the pair
-    x-1 <-> x carried nothing for the whole timeout between two live processes. Which end lost
-    its network the texts cannot say. Only when: every rank 0..n-1 (n >= 3) of a job of n ranks
+    x-1 <-> x carried nothing for the whole timeout between two live processes. The texts are
+    the same whichever end lost its network; :func:`_mutual_timeout` names the receiving end x-1
+    as the suspect (a rank cut before it received the segment it waits for blocks its sender's
+    first send, so the one R-then-S boundary of the ring sits at the cut rank). Only when: every rank 0..n-1 (n >= 3) of a job of n ranks
     reported (with some ranks' logs missing, rank 0's ring neighbour is not rank n-1); each
     rank's last Flight Recorder entry is the same all_reduce (group and sequence number; other
     collectives' rings run the other way or are not rings); no rank printed "Application timeout
