@@ -220,6 +220,17 @@ def test_a_send_timeout_beside_its_receivers_recv_timeout_names_the_link_and_its
     assert {f.evidence[1].rank, f.evidence[2].rank} == {0, 1}
 
 
+def test_the_suspects_first_failure_is_a_line_before_the_waits_gave_up():
+    # the applog source's info-level copy of the rank's own 'rank 0 failed: ... Timed out' record, stamped
+    # with the timeout, is no calm line (held-out round 8: iptables_rank2_w3_nodebug_srun, rank3_info_srun)
+    echo = dict(source="applog", kind="log_error", severity="info", rank=0, host="n1", t=30.1, line=56, file="slurm-1.out",
+                message="[n1] train - rank 0 failed: RuntimeError: " + GLOO_TIMEOUT)
+    ev = [*[_progress(r, 0.0) for r in range(4)], *[_wait(r, w) for r, w in enumerate("recv send recv recv".split())], echo]
+    ev += [_fr(r, s, t=-0.3 + s / 100) for r in range(4) for s in (31, 32)] + [_fr(r, 33) for r in range(4)]
+    (f,) = silent_ranks(make_events(*ev), 4)
+    assert f.ranks == (0,) and f.evidence[0].line != 56 and f.first_time == f.evidence[0].time < f.evidence[1].time
+
+
 def test_the_receiving_end_is_named_wherever_the_link_lies():
     assert _mutual("recv recv recv send").ranks == (2,)  # rank 3 sends to rank 2 (iptables_rank2_info_srun: rank 2 cut)
     f = _mutual("send recv recv recv")  # rank 0 (n1) sends to rank 3 (n2), across the nodes

@@ -330,8 +330,9 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
         action = f"Start with rank {recv_r}'s network path, then rank {send_r}'s ({ends[0]} <-> {ends[1]}): "
         if own is not None:
             # where the suspect stopped: its last line before the waits gave up (the data stopped after it)
-            calm = own.filter(~pl.col("severity").cast(pl.String).is_in(BAD))
-            last = _last_own_event(calm, [recv_r], loss["time"].drop_nulls().min()).get(recv_r)
+            t_loss = loss["time"].drop_nulls().min()
+            calm = own.filter(~pl.col("severity").cast(pl.String).is_in(BAD) & (pl.col("time") < t_loss))
+            last = _last_own_event(calm, [recv_r]).get(recv_r)
             if last is not None and last["_t"] is not None and last["_t"] < rows[0]["_t"]:
                 rows.insert(0, last)
                 first_time = last["_t"] if first_time is None else min(first_time, last["_t"])
