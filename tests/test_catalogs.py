@@ -386,3 +386,19 @@ def test_launcher_symptoms_and_exit_records(tmp_path: Path, name: str, text: str
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause
     assert report.confidence <= at_most
+def test_hydra_banner_gives_its_host_and_rank_to_the_signal_line() -> None:
+    # pmodels/mpich pmiserv_cb.c: "PID %d RUNNING AT %s" then "EXIT CODE: %d" (the signal);
+    # later Hydra: "RANK %d PID %d RUNNING AT %s" then "KILLED BY SIGNAL: %d (%s)"
+    old = _parse([
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "=   PID 92248 RUNNING AT fzh-desktop",
+        "=   EXIT CODE: 9", "=   CLEANING UP REMAINING PROCESSES"])
+    new = _parse(["=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "=   RANK 2 PID 5492 RUNNING AT gn59", "=   KILLED BY SIGNAL: 9 (Killed)"])
+    for df, host, rank in ((old, "fzh-desktop", None), (new, "gn59", 2)):
+        (sig,) = [r for r in df.to_dicts() if json.loads(r["attrs"])["catalog"] == "signals"]
+        assert (sig["host"], sig["rank"], json.loads(sig["attrs"])["name"]) == (host, rank, "sigkill")
+    # a signal line that is not the banner's next line, or not the banner's wording, stays unplaced
+    far = _parse(["=   PID 92248 RUNNING AT fzh-desktop", "something else", "=   EXIT CODE: 9"])
+    other = _parse(["=   PID 92248 RUNNING AT fzh-desktop", "/var/spool/slurmd/job123/slurm_script: line 12: 44120 Killed   python train.py"])
+    for df in (far, other):
+        (sig,) = [r for r in df.to_dicts() if json.loads(r["attrs"])["catalog"] == "signals"]
+        assert sig["host"] is None

@@ -76,6 +76,7 @@ _PYLOG = lazy_compile(
 
 MATCH_CHARS = 8192  # of each line, where the catalog texts are looked for
 RAY_FIELDS_BEFORE = 2  # ActorDiedError: "\tip: " is the last field, the cause right after it
+HYDRA_BANNER = ("EXIT CODE: ", "KILLED BY SIGNAL: ")  # the signal line right after "RUNNING AT <host>"
 
 
 @dataclass(slots=True)
@@ -197,6 +198,7 @@ class CatalogSource(LineSource):
         cats = catalogs.load()
         clock = {"boot": 0, "last": -1}
         ray_ip: dict[str, Any] = {}  # the last ActorDiedError "\tip: " field: line and address
+        hydra_at: dict[str, Any] = {}  # the last Hydra banner's "RUNNING AT" line: line, host, rank
 
         def on_line(n: int, text: str) -> None:
             # The known texts sit near the start of a line; matching a 1 MiB line whole costs
@@ -233,6 +235,12 @@ class CatalogSource(LineSource):
                 elif host is None and h.name == "ray_node_died" and ray_ip and 0 < n - ray_ip["line"] <= RAY_FIELDS_BEFORE:
                     host = ray_ip["ip"]  # the error's own ip: field, a line or two above its cause
                 rank = env.rank if env.rank is not None else (h.attrs["rank"] if isinstance(h.attrs.get("rank"), int) else None)
+                if h.name == "hydra_bad_termination_at":
+                    hydra_at.update(line=n, host=host, rank=rank)
+                elif h.catalog == "signals" and hydra_at and n - hydra_at["line"] == 1 and any(k in text for k in HYDRA_BANNER):
+                    # Hydra's banner: the signal line names neither host nor rank, the line above both
+                    host = host or hydra_at["host"]
+                    rank = rank if rank is not None else hydra_at["rank"]
                 ctx.emit(
                     h.kind, n, msg, severity=h.severity, time=env.time, time_quality=env.quality if env.time is not None else None,
                     host=host, rank=rank, local_rank=env.local_rank, pid=env.pid, gpu=gpu, attrs=attrs,
