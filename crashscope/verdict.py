@@ -59,6 +59,7 @@ LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where 
 # GPU, an OOM kill) takes their vote; they stay as co-occurring.
 WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed")
 LOCATE_WITHIN_S = 120.0
+DESYNC_SUSPECTS = "pytorch-desync-lagging-ranks"  # where a hang is when no rank's silence says it
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
 # The rank the others waited for (analyses/stragglers.py) makes a completed run an incident
 # only when the run slowed from where that rank started to be last: in healthy jobs rank 0
@@ -216,9 +217,14 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     if top == "unknown":
         v.cause = "unknown"
         v.confidence = round(min(UNKNOWN_CONFIDENCE_CAP, 1.0 - p_top if dist else 0.5), 3)
-        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing)
+        lagging = [f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks] if not hang_suspects else []
+        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else [])
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
+        elif lagging:
+            # No rank's silence says who hung, but the process group's own desync report
+            # (every rank's last collective, from the store) does.
+            v.implicated = Implicated(nodes=sorted(lagging[0].hosts), ranks=sorted(int(r) for r in lagging[0].ranks))
         elif (first_down := _first_observed_failure(ev)) is not None:
             # No cause, no hang suspect: the process torchelastic saw fail first is where to look.
             v.implicated = first_down
@@ -833,12 +839,15 @@ def _link_peers(ev: pl.DataFrame, hosts: tuple[str, ...]) -> list[str]:
     return sorted({p for p in peers if p not in hosts})
 
 
-def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], missing: list[str]) -> str:
+def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], missing: list[str], lagging: list[int] | None = None) -> str:
     msg = "The job failed, but no root-cause evidence was found"
     if symptoms:
         msg += f" (only symptoms: {', '.join(sorted({f.title for f in symptoms})[:3])})"
     if suspects:
         msg += f"; ranks {', '.join(str(r) for _, r in suspects[:8])} never reported the collective timeout everyone else hit: they are the hang suspects"
+    elif lagging:
+        msg += (f"; PyTorch's desync report names rank{'s' if len(lagging) > 1 else ''} {', '.join(str(r) for r in lagging[:8])} as lagging "
+                "(the oldest last collective): the hang suspects")
     if missing:
         msg += f". Missing: {'; '.join(missing[:3])}"
     return msg + "."

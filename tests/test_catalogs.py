@@ -251,6 +251,15 @@ def test_tqdm_glued_line_gives_the_hit_segment_as_message() -> None:
     assert df["message"].to_list() == ["TERM_RUNLIMIT: job killed after reaching LSF run time limit."]
 
 
+def test_a_slurm_daemon_stamp_and_level_are_no_syslog_host() -> None:
+    # slurmd/slurmstepd log_msg(): "[%s] error: %s" with an ISO stamp in brackets, then the plugin's own prefix
+    ctx = ParseContext(FileInfo("x", "x"), "catalog")
+    env = parse_envelope("[2025-07-18T15:06:29.684] error: pyxis:     nvidia-container-cli: ldcache error: process failed", ctx)
+    assert env.host is None and env.time is not None
+    # a bare RFC 3339 stamp (rsyslog's high-precision format) is followed by the host
+    assert parse_envelope("2026-06-17T20:18:09.5+00:00 node004 kernel: NVRM: GPU 0000:2b:00.0: x", ctx).host == "node004"
+
+
 def test_envelope_parser_keeps_unknown_text() -> None:
     ctx = ParseContext(FileInfo("x", "x"), "catalog")
     env = parse_envelope("free text: nothing to strip", ctx)

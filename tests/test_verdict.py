@@ -177,3 +177,15 @@ def test_gloo_timeouts_without_a_sequence_number_read_plainly():
     case = next(c for c in load_cases(root, "recorded") if c.id == "iptables_rank1_torchrun")
     summary = analyze_case(case)["summary"]
     assert "timed out in" in summary and "?" not in summary, summary
+
+
+def test_with_only_symptoms_the_desync_reports_lagging_ranks_are_the_suspects():
+    # a watchdog timeout on rank 0 and its desync report naming rank 7: no cause, but a place to look
+    timeout = _finding("fabric_timeout", 0.25, role="symptom", host="node001", rank=0, rule="pytorch-collective-timeout")
+    desync = _finding("unknown", 0.3, role="context", host="node002", rank=7, rule="pytorch-desync-lagging-ranks")
+    v = decide([timeout, desync], _timeline())
+    assert v.cause == "unknown" and v.confidence < CONFIDENT_LINE
+    assert v.implicated.ranks == [7] and v.implicated.nodes == ["node002"]
+    assert "desync report names rank 7" in v.summary
+    # without it the verdict names no rank
+    assert decide([timeout], _timeline()).implicated.ranks != [7]

@@ -25,7 +25,7 @@ is the node, kept as ``srun_task``), else the file name (``rank3.log``) via ``Fi
 Kinds and attrs:
 
 * train_step: step, total, step_ms, throughput, throughput_unit, loss, lr, epoch, framework
-  (megatron | nemo | deepspeed | lightning | hf_trainer | torchtitan | tqdm | plain), sample
+  (megatron | nemo | deepspeed | lightning | hf_trainer | torchtitan | tqdm | ddp_tutorial | plain), sample
   (first | stride | outlier | last), seen (progress lines of this file and rank so far), plus
   framework extras (grad_norm, skipped, tflops, mfu, memory_gib, batch, consumed_samples).
   **Bounded** per (file, rank): the first ``FIRST_STEPS`` steps; then one every ``stride``
@@ -142,6 +142,9 @@ _PREFILTER_PARTS = (
     r"saving model to ",
     r"checkpoint completed in",
     r"[Aa]sync checkpoint save",
+    r"checkpoint of size ",
+    r"Training snapshot saved at ",
+    r"Epoch \d+ \| Batchsize: \d+",
     r"GLOBAL_RANK: \d",
 )
 
@@ -290,6 +293,10 @@ _MM = lazy_compile(
 )
 _MM_TIME = lazy_compile(r"(?:^|\s)time: (?P<v>\d+(?:\.\d+)?)(?:\s|$)")
 _MM_LOSS = lazy_compile(rf"(?:^|\s)loss: (?P<v>{_NUM})(?:\s|,|$)")
+# PyTorch's DDP tutorial series (pytorch/examples distributed/ddp-tutorial-series/multinode.py Trainer._run_epoch):
+# print(f"[GPU{self.global_rank}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.train_data)}") at the start of
+# each epoch (Steps: batches per epoch); copies add fields after it (" | Loss: 0.25"). "[RANK n]" is read as identity.
+_DDP_TUTORIAL = lazy_compile(r"^(?:\[GPU\d+\]\s*)?Epoch (?P<epoch>\d+) \| Batchsize: (?P<bs>\d+) \| Steps: (?P<steps>\d+)(?P<rest>.*)$")
 # plain scripts: "step 120 loss 2.31", "Step 120/1000", "iter 120 | loss 2.31", "Epoch 1 Step 120 ..."
 _PLAIN = lazy_compile(
     r"""^(?:[Ee]poch\s*[:=]?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?[\s,|:\]-]*)?
@@ -343,8 +350,17 @@ _CKPT = (
     #   step {global_step} ({filepath}) finalized successfully.' (nemo/lightning/pytorch/callbacks/model_checkpoint.py)
     ("nemo", "start", lazy_compile(r"Scheduled async checkpoint save for (?P<path>\S+)"), False),
     ("nemo", "end", lazy_compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>[^)]*)\) finalized successfully"), False),
+    # torchtune checkpointers (torchtune/training/checkpointing/_checkpointer.py save_checkpoint): after each file is
+    #   written, logger.info(f"Model checkpoint of size {size / 1024**3:.2f} GiB saved to {output_path}") ("GB" and
+    #   1000**3 before 0.5, "MB" in the early recipes), then "Adapter checkpoint of size ..." / "Recipe checkpoint of
+    #   size ..."; no start line, one end per shard file
+    ("torchtune", "end", lazy_compile(r"(?:Model|Adapter|Recipe) checkpoint of size [\d.]+ ?(?:GiB|GB|MiB|MB) saved to (?P<path>\S+)"), False),
+    # PyTorch's DDP tutorial series (pytorch/examples distributed/ddp-tutorial-series multigpu.py, multinode.py,
+    #   multigpu_torchrun.py; pytorch/tutorials beginner_source/ddp_series_fault_tolerance.rst), widely copied:
+    #   torch.save(snapshot, self.snapshot_path); print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}")
+    ("ddp_tutorial", "end", lazy_compile(r"^(?:Epoch (?P<ep>\d+) \|? ?)?Training snapshot saved at (?P<path>\S+?)(?=Epoch \d|\s|$)"), False),
 )
-_CKPT_HINT = ("checkpoint", "Checkpoint", "saving model to")
+_CKPT_HINT = ("checkpoint", "Checkpoint", "saving model to", "snapshot saved at")
 _STEP_IN_PATH = lazy_compile(r"(?:global_step|checkpoint-|iter_|step[-_=]?)(?P<n>\d+)")
 
 
@@ -486,6 +502,8 @@ class ApplogSource(LineSource):
                 progress += 1
             elif _H_ISO.match(seg) or _H_US.match(seg) or _H_TITAN.match(seg) or _H_NEMO.match(seg) or _H_BASIC.match(seg):
                 n += 1
+            elif ("checkpoint of size " in seg or "snapshot saved at " in seg) and _checkpoint_line(seg):
+                n += 1  # a trainer's own unstamped save lines (torchtune, the DDP tutorial)
         if n == 0:
             return 0.0
         ratio = n / len(lines)
@@ -518,9 +536,16 @@ def _is_progress(seg: str) -> bool:
         return True
     if s.startswith("{'") or "/" in s and " [" in s and _TQDM.search(s):
         return True
+    if " | Batchsize: " in s:
+        return bool(_DDP_TUTORIAL.match(_MSG_RANK.sub("", s, count=1)))
     m = _H_ISO.match(s)
     body = m.group("rest") if m else s
     return bool(_TITAN.search(_ANSI.sub("", body).split(" - ")[-1].strip()) or _plain(body.strip()))
+
+
+def _checkpoint_line(seg: str) -> bool:
+    s = seg.strip()
+    return any(rx.search(s) for fw, _, rx, _ in _CKPT if fw in ("torchtune", "ddp_tutorial"))
 
 
 def _plain(msg: str):  # type: ignore[no-untyped-def]
@@ -790,6 +815,11 @@ class _Parser:
                 a["step_ms"] = round(float(mm.group("v")) * 1000.0, 3)
             if mm := _MM_LOSS.search(rest):
                 a["loss"] = _num(mm.group("v"))
+        elif " | Batchsize: " in msg and (m := _DDP_TUTORIAL.match(msg)):
+            a = {"framework": "ddp_tutorial", "epoch": int(m.group("epoch")), "batch_size": int(m.group("bs")),
+                 "steps_per_epoch": int(m.group("steps"))}
+            if mm := _PLAIN_LOSS.search(m.group("rest") or ""):
+                a["loss"] = _num(mm.group("v"))
         elif m := _plain(msg):
             a = {"framework": "plain", "step": int(m.group("step"))}
             if m.group("total"):
@@ -934,6 +964,8 @@ class _Parser:
                 attrs["format"] = g["fmt"]
             if g.get("sec"):
                 attrs["duration_s"] = float(g["sec"])
+            if g.get("ep"):
+                attrs["epoch"] = int(g["ep"])
             if "iteration" not in attrs and "step" not in attrs:
                 sm = _STEP_IN_PATH.search(attrs.get("path") or attrs.get("tag") or "")
                 if sm:

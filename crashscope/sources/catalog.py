@@ -113,9 +113,11 @@ def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
             if env.time is None:
                 env.time, env.quality = iso_to_ns(m.group("ts"), ctx)
             rest = rest[m.end():]
-            # Syslog / journald short-iso put "host ident[pid]: " after a T-separated stamp;
-            # Python logging's "YYYY-MM-DD HH:MM:SS,mmm - name - LEVEL - " does not.
-            if m.group("sep") == "T" and (hm := _HOST_IDENT.match(rest)):
+            # Syslog / journald short-iso put "host ident[pid]: " after a bare T-separated stamp;
+            # Python logging's "YYYY-MM-DD HH:MM:SS,mmm - name - LEVEL - " does not, nor does a
+            # Slurm daemon's "[ISO] error: plugin: msg" (the level is no host).
+            if m.group("sep") == "T" and not m.group(0).startswith("[") \
+                    and (hm := _HOST_IDENT.match(rest)) and not hm.group("host").endswith(":"):
                 env.host = env.host or hm.group("host")
                 if hm.group("pid") and env.pid is None:
                     env.pid = int(hm.group("pid"))

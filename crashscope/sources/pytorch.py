@@ -30,7 +30,11 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
 * heartbeat_timeout: what (heartbeat_monitor | watchdog_stuck | dump_signal), seconds,
   last_enqueued, last_completed, pg_*
 * desync_report: reporting_rank, seq, op, lagging_ranks (never joined), joined_not_finished,
-  finished_not_joined, lag_seq
+  finished_not_joined, lag_seq, suspects (the ranks the report names as lagging: never joined,
+  else still inside the oldest last collective, else finished it and never joined the next),
+  snapshot ([{seq, state, op, ranks}] from "Snapshot of ranks' latest states"),
+  mismatched_seq / mismatched_ops / mismatched_ranks (ranks started different collectives at one
+  sequence number; mismatched_ranks: the smallest such group when it is the only smallest, else all)
 * collective_mismatch: detail, ranks, seqs, ops
 * exception: type, text, frames_top ("file:line in func" of the innermost frame), frames,
   chained (types of earlier exceptions in the chain), nccl_result, nccl_version
@@ -99,6 +103,9 @@ _PREFILTER_PARTS = (
     r"To our best knowledge",
     r"joined but didn't finish collective",
     r"but didn't join collective",
+    r"Snapshot of ranks' latest states",
+    r"#\d+ (?:started|finished) ranks:",
+    r"\[[\d, ]*\] (?:started|finished) \w+\s*$",
     r"Detected mismatch between collectives",
     r"Traceback \(most recent call last\)",
     r"File \"[^\"]*\", line \d",
@@ -199,6 +206,14 @@ _DESYNC_MISSING = lazy_compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ra
 _DESYNC_JOINED = lazy_compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
 _DESYNC_FINISHED = lazy_compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>\d+), but didn't join collective #(?P<next>\d+)")
 _DESYNC_HEADER = lazy_compile(r"^\s*- To our best knowledge, the lagging/dead/mismatched ranks")
+# TraceUtils.h dumpSnapshot(): "\n\t - Snapshot of ranks' latest states:", per sequence number
+# "\n\t   #{seq} started ranks:" / "... finished ranks:", then "\n\t     [{ranks}] started {col}"
+# per collective name (each rank's last trace-start key in the store, and whether its end key
+# has the same seq).
+_P2P_OPS = frozenset({"SEND", "RECV", "RECVANYSOURCE"})  # c10d opTypeToString (Types.hpp / Utils.hpp)
+_DESYNC_SNAPSHOT = lazy_compile(r"^\s*- Snapshot of ranks' latest states:")
+_DESYNC_SEQ = lazy_compile(r"^\s*#(?P<seq>\d+) (?P<state>started|finished) ranks:\s*$")
+_DESYNC_STATE = lazy_compile(r"^\s*\[(?P<ranks>[\d, ]*)\] (?P<state>started|finished) (?P<op>[\w.:-]+)\s*$")
 
 _MISMATCH = lazy_compile(r"Detected mismatch between collectives on ranks")
 # The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
@@ -358,6 +373,7 @@ class _Desync:
     time: int | None
     tq: Any
     local_rank: int | None
+    snap_seq: int | None = None  # the "#N started ranks:" line the snapshot rows below belong to
 
 
 def _task(prefix) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -835,7 +851,13 @@ class _Parser:
         elif m := _DESYNC_FINISHED.search(text):
             d.attrs["finished_not_joined"] = _ranks(m.group("ranks"))
             d.attrs["lag_seq"] = int(m.group("seq"))
-        elif not _DESYNC_HEADER.match(text):
+        elif m := _DESYNC_SEQ.match(text):
+            d.snap_seq = int(m.group("seq"))
+        elif (m := _DESYNC_STATE.match(text)) and d.snap_seq is not None:
+            snap = d.attrs.setdefault("snapshot", [])
+            if len(snap) < 64:
+                snap.append({"seq": d.snap_seq, "state": m.group("state"), "op": m.group("op"), "ranks": _ranks(m.group("ranks"))[:1024]})
+        elif not (_DESYNC_HEADER.match(text) or _DESYNC_SNAPSHOT.match(text)):
             return False
         d.last = n
         return True
@@ -845,8 +867,32 @@ class _Parser:
         if d is None:
             return
         a = d.attrs
-        culprits = a["lagging_ranks"] or a["joined_not_finished"]
+        # analyzeMissingRanks(): ranks that never joined any collective; analyzeLaggingRanks(): the
+        # ranks whose last trace is the lowest sequence number, those still inside it and those that
+        # finished it and never started the next. With both, the ones inside it held the others
+        # up (the others' end keys say the collective completed for them).
+        culprits = a["lagging_ranks"] or a["joined_not_finished"] or a["finished_not_joined"]
+        a["suspects"] = culprits
+        # The trace keys hold each rank's own count of collectives on this process group, which
+        # advance together in a correct program: ranks that started different collectives at one
+        # count issued them in different orders (what ProcessGroupWrapper calls a mismatch).
+        # Point-to-point work shares the counter (a send on one rank is a recv on its peer): not compared.
+        started: dict[int, dict[str, list[int]]] = {}
+        for row in a.get("snapshot", ()):
+            if row["state"] == "started" and row["op"] not in _P2P_OPS:
+                started.setdefault(row["seq"], {}).setdefault(row["op"], []).extend(row["ranks"])
+        for seq, ops in sorted(started.items()):
+            if len(ops) > 1:
+                a["mismatched_seq"], a["mismatched_ops"] = seq, {op: sorted(r) for op, r in sorted(ops.items())}
+                # the odd ones out when one collective has fewer ranks than every other
+                sizes = sorted(len(r) for r in ops.values())
+                a["mismatched_ranks"] = sorted(next(r for r in ops.values() if len(r) == sizes[0])) if sizes[0] < sizes[1] \
+                    else sorted(r for rs in ops.values() for r in rs)
+                break
         msg = f"desync report: timeout at collective {a['op']} #{a['seq']}; lagging ranks {culprits}"
+        if "mismatched_ops" in a:
+            msg += f"; at #{a['mismatched_seq']} ranks started different collectives: " + ", ".join(
+                f"{op} {r}" for op, r in a["mismatched_ops"].items())
         self.add(_Ev(Kind.DESYNC_REPORT, line=d.line, message=msg, severity=Severity.ERROR, attrs=a,
                      time=d.time, tq=d.tq, rank=d.rank, local_rank=d.local_rank))
 

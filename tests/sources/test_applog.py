@@ -204,6 +204,10 @@ def test_deepspeed_ready_line_without_rank_closes_rank_zeros_save():
     ("Epoch 2, global step 3000: 'val_loss' reached 1.23400 (best 1.23400), saving model to '/ckpt/e=2.ckpt' as top 3", "start", "lightning"),
     ("Saving latest checkpoint...", "start", "lightning"),
     ("[NeMo I 2026-09-17 04:04:09 model_checkpoint:657] Async checkpoint save for step 6 (/r/c.ckpt) finalized successfully.", "end", "nemo"),
+    ("Model checkpoint of size 4.66 GiB saved to /mnt/out/epoch_0/ft-model-00003-of-00030.safetensors", "end", "torchtune"),
+    ("0: INFO:torchtune.utils.logging:Model checkpoint of size 4.97 GB saved to /fsx/tuned/hf_model_0024_0.pt", "end", "torchtune"),
+    ("INFO:torchtune.utils._logging:Adapter checkpoint of size 0.01 GB saved to /tmp/out/adapter_0.pt", "end", "torchtune"),
+    ("Epoch 3 | Training snapshot saved at snapshot.pt", "end", "ddp_tutorial"),
 ])
 def test_checkpoint_lines(line, phase, fw):
     (c,) = _kind(_rows(line + "\n")[0], "checkpoint")
@@ -400,3 +404,18 @@ def test_the_header_reader_sees_an_identity_field_before_the_stamp():
     assert starts and rank == 3 and t is not None
     assert reader.read("[2026-09-17 04:05:01,100][rank3][ERROR] failed")[:2] == (True, 3)
     assert reader.read("  File \"train.py\", line 3, in <module>")[0] is False
+
+
+def test_ddp_tutorial_epoch_lines_and_snapshots():
+    # pytorch/examples distributed/ddp-tutorial-series/multinode.py, and a copy that prints the rank and loss
+    rows, _ = _rows(
+        "[GPU2] Epoch 4 | Batchsize: 32 | Steps: 64\n"
+        "1: [RANK 5] Epoch 0 | Batchsize: 32 | Steps: 235 | Loss: 0.261846293271222\n"
+        "0: Epoch 0 | Training snapshot saved at ./snapshot.ptEpoch 0 | Training snapshot saved at ./snapshot.pt\n"
+    )
+    a, b = _kind(rows, "train_step")
+    assert a["attrs"]["framework"] == "ddp_tutorial" and (a["attrs"]["epoch"], a["attrs"]["steps_per_epoch"]) == (4, 64)
+    assert b["rank"] == 5 and b["attrs"]["loss"] == 0.261846293271222 and "step" not in b["attrs"]
+    (c,) = _kind(rows, "checkpoint")
+    assert c["attrs"]["path"] == "./snapshot.pt" and c["attrs"]["epoch"] == 0
+    assert _kind(_rows("Epoch 0 | Batchsize of the loader is 32\n")[0], "train_step") == []

@@ -387,3 +387,41 @@ def test_a_traceback_after_an_unterminated_progress_bar_is_read():
     assert exc["rank"] == 3 and exc["line"] == 3 and "illegal memory access" in exc["message"]
     # a bar alone reads as no error
     assert not [r for r in _rows(bar + "\n")[0] if r["kind"] == "exception"]
+
+
+def test_desync_report_snapshot_and_the_rank_that_never_joined_the_next_collective():
+    # pytorch/pytorch#152623 (TORCH_NCCL_DESYNC_DEBUG=1 on 8 ranks), the report as c10 prints it
+    text = (
+        "[rank0]:[E515 18:36:47.343377708 ProcessGroupNCCL.cpp:1937] Rank 0\n"
+        "         - [0] Timeout at collective: ALLREDUCE, #315\n"
+        "         - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+        "             [7] finished collective #182, but didn't join collective #183 (count from 1)\n"
+        "         - Snapshot of ranks' latest states:\n"
+        "           #182 finished ranks:\n"
+        "             [7] finished ALLREDUCE\n"
+        "           #315 started ranks:\n"
+        "             [0, 1, 2] started ALLREDUCE\n"
+        "           #317 started ranks:\n"
+        "             [3, 4, 5, 6] started _ALLGATHER_BASE\n"
+    )
+    (d,) = [r for r in _rows(text)[0] if r["kind"] == "desync_report"]
+    assert d["attrs"]["reporting_rank"] == 0 and d["attrs"]["suspects"] == [7]
+    assert d["attrs"]["snapshot"][1] == {"seq": 315, "state": "started", "op": "ALLREDUCE", "ranks": [0, 1, 2]}
+    assert len(d["attrs"]["snapshot"]) == 3
+    assert "mismatched_seq" not in d["attrs"]  # different counts, not one count with two collectives
+    # one count, two collectives: a mismatch; the smaller group is named
+    mismatch = text.replace("#317 started", "#315 started").replace("[3, 4, 5, 6] started _ALLGATHER_BASE", "[3] started BROADCAST")
+    (d,) = [r for r in _rows(mismatch)[0] if r["kind"] == "desync_report"]
+    assert d["attrs"]["mismatched_seq"] == 315 and d["attrs"]["mismatched_ranks"] == [3]
+    assert d["attrs"]["mismatched_ops"] == {"ALLREDUCE": [0, 1, 2], "BROADCAST": [3]}
+
+
+def test_desync_report_ranks_inside_the_collective_are_the_suspects_over_those_that_finished_it():
+    text = TIMEOUT.replace("rank3", "rank0").replace("[Rank 3]", "[Rank 0]") + "\n" + (
+        "\t - [0] Timeout at collective: ALLREDUCE, #41207\n"
+        "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+        "\t   - [7] joined but didn't finish collective #41207 (count from 1)\n"
+        "\t     [0, 1, 2, 3, 4, 5, 6] finished collective #41207, but didn't join collective #41208 (count from 1)\n"
+    )
+    (d,) = [r for r in _rows(text)[0] if r["kind"] == "desync_report"]
+    assert d["attrs"]["suspects"] == [7]
