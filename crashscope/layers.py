@@ -266,7 +266,9 @@ class _Ctx:
         io_findings = self._context(checkpoint_io.RULE_ID)
         ck_text = ""
         if ck["saves"]:
-            ck_text = f"{ck['saves']} checkpoint save(s), median {ck['median_s']} s, max {ck['max_s']} s"
+            ck_text = f"{ck['saves']} checkpoint save(s)"
+            if ck["median_s"] is not None:  # trainers that print only the end of a save (torchtune) give no duration
+                ck_text += f", median {ck['median_s']} s, max {ck['max_s']} s"
         if ck["data_wait"]:
             dw = ck["data_wait"]
             ck_text += ("; " if ck_text else "") + f"data-loader wait median {dw['median_s']} s, max {dw['max_s']} s"
