@@ -217,20 +217,24 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     if top == "unknown":
         v.cause = "unknown"
         v.confidence = round(min(UNKNOWN_CONFIDENCE_CAP, 1.0 - p_top if dist else 0.5), 3)
-        lagging = [f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks] if not hang_suspects else []
+        first_down = None if hang_suspects else _first_observed_failure(ev)
+        killed = [f for f in symptoms if f.rule_id == "first-killed" and f.hosts]
+        # a process that exited or was killed first says where, before a report of who lagged
+        lagging = [] if hang_suspects or first_down is not None or killed else [
+            f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks]
         v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else [])
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
-        elif lagging:
-            # No rank's silence says who hung, but the process group's own desync report
-            # (every rank's last collective, from the store) does.
-            v.implicated = Implicated(nodes=sorted(lagging[0].hosts), ranks=sorted(int(r) for r in lagging[0].ranks))
-        elif (first_down := _first_observed_failure(ev)) is not None:
+        elif first_down is not None:
             # No cause, no hang suspect: the process torchelastic saw fail first is where to look.
             v.implicated = first_down
-        elif killed := [f for f in symptoms if f.rule_id == "first-killed" and f.hosts]:
+        elif killed:
             # ... or the one task that was killed first
             v.implicated = Implicated(nodes=sorted(killed[0].hosts), ranks=sorted(killed[0].ranks))
+        elif lagging:
+            # No rank's silence, exit or kill says where, but the process group's own desync
+            # report (every rank's last collective, from the store) does.
+            v.implicated = Implicated(nodes=sorted(lagging[0].hosts), ranks=sorted(int(r) for r in lagging[0].ranks))
         v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
         if symptoms:
             first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
