@@ -411,3 +411,48 @@ def test_hydra_banner_gives_its_host_and_rank_to_the_signal_line() -> None:
     for df in (far, other):
         (sig,) = [r for r in df.to_dicts() if json.loads(r["attrs"])["catalog"] == "signals"]
         assert sig["host"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause"),
+    [
+        # cudaErrorContained (driver_types.h 226) under a torchrun rank prefix: moderate GPU-hardware evidence, not a code bug
+        ("rank5.log", "[rank5]: Traceback (most recent call last):\n[rank5]:   File \"/app/train.py\", line 88, in step\n"
+         "[rank5]:     loss.item()\n[rank5]: RuntimeError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error\n",
+         "gpu_hardware"),
+        # NVLS multicast set-up refused by the driver (transport/nvls.cc CUCHECK), NCCL 2.26 time stamp prefix
+        ("nccl.log", "[2025-04-06 22:31:56] ccw-gpu-128:3485254:3487188 [0] transport/nvls.cc:598 NCCL WARN Cuda failure 1 'invalid argument'\n",
+         "driver_drift"),
+        # the same text from another transport is not the fabric manager's
+        ("nccl.log", "node5:100:200 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 1 'invalid argument'\n", "unknown"),
+        # aws-ofi-nccl: an error completion read off the CQ, behind a Kubernetes CRI prefix
+        ("pod.log", "2024-11-28T07:42:11.527Z stderr F algo-1:17779:17852 [6] ofi_process_cq:1039 NCCL WARN NET/OFI Request 0x7f00aa01 "
+         "completed with error. RC: 5. Error: Input/output error. Completed length: 0, Request: { dev: 0, size: 0 }\n", "fabric_timeout"),
+        # libfabric EFA's own record of a failed send (rxr_cq.c), newer form with the addresses
+        ("efa.log", "libfabric:4321:1700000000::efa:cq:rxr_cq_write_tx_error():250<warn> rxr_cq_write_tx_error: err: 5, "
+         "prov_err: Unreachable remote (7) our address: fe80::1, peer address fe80::2\n", "fabric_timeout"),
+        # aws-ofi-nccl MR registration refused (EINVAL) with the host prefix; the locked-memory limit (ENOMEM) is not driver drift
+        ("nccl.log", "ip-10-1-2-3:79:120 [3] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 3. "
+         "RC: -22, Error: Invalid argument\n", "driver_drift"),
+        ("nccl.log", "ip-10-1-2-3:79:120 [3] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 3. "
+         "RC: -12, Error: Cannot allocate memory\n", "unknown"),
+        # the fabric manager's precheck in a journalctl -u export with a host
+        ("fm.log", "Mar 04 09:12:01 gpu-b200-07 nvidia-fabricmanager-start.sh[2211]: Kernel module \"ib_umad\" has not been loaded, "
+         "fabric manager cannot be started\n", "driver_drift"),
+        # lspci -D (domain) output of a lost GPU among healthy ones
+        ("lspci.txt", "0000:18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
+         "0000:2a:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev ff)\n", "gpu_hardware"),
+        # rdma link with the netdev column; an ACTIVE port is nothing
+        ("rdma.txt", "link mlx5_3/1 state DOWN physical_state DISABLED netdev ibp12s0\n", "fabric_timeout"),
+        ("rdma.txt", "link mlx5_3/1 state ACTIVE physical_state LINK_UP netdev ibp12s0\n", "unknown"),
+        # ENETUNREACH when NCCL moves a RoCE QP to RTR (no route to the remote GID)
+        ("nccl.log", "hostA:10:20 [1] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error No route to host\n", "fabric_timeout"),
+    ],
+)
+def test_fabric_and_gpu_state_texts_name_the_cause(tmp_path: Path, name: str, text: str, cause: str) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause, (report.cause, report.confidence, [e.rule for e in report.evidence])
+    assert report.confidence < 0.8 or cause == "unknown"

@@ -110,6 +110,13 @@ _PREFIX = lazy_compile(
     regex.VERBOSE,
 )
 
+# A WARN pasted without its "host:pid:tid [dev] " prefix (issue bodies, NCCL_DEBUG_FILE
+# lines copied from a message): "[file:line ][(func) ]NCCL WARN <msg>", the file being a
+# source path or, for net plugins (aws-ofi-nccl), the function name.
+_BARE_WARN = lazy_compile(r"(?:^|\s)(?:(?P<file>[^\s\[\]]+):(?P<sline>\d+) (?:\((?P<func>[^)\s]*)\) )?)?NCCL WARN (?P<msg>.*)$")
+
+_MISMATCHED_COLL = lazy_compile(r"Mismatched collective detected, please check your collective calls at and around rank (\d+)")
+
 _BARE_VERSION = lazy_compile(
     r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)"
     r"|NCCL version (?P<rver>\d+\.\d+\.\d+)(?P<rsuffix>\S*) compiled with CUDA (?P<rcuda>\d+\.\d+)"
@@ -430,7 +437,20 @@ class NcclSource(LineSource):
         return None, TimeQuality.MISSING
 
     def _bare(self, lineno: int, text: str, pre: Any, ctx: ParseContext, ts_cache: dict) -> None:
-        """Lines without a host:pid:tid prefix: VERSION-level banners, ncclras banner."""
+        """Lines without a host:pid:tid prefix: VERSION-level banners, ncclras banner, and
+        WARN lines pasted without their prefix (no host, pid or device)."""
+        w = _BARE_WARN.search(text)
+        if w is not None:
+            time, tq = self._time(text[: w.start()], None, ctx, ts_cache)
+            base = {"time": time, "time_quality": tq, "host": None, "pid": None, "gpu_index": None,
+                    "rank": pre.rank, "local_rank": pre.local_rank}
+            extra: dict[str, Any] = {"file": w.group("file"), "line_in_src": _int(w.group("sline")), "prefix": "none"}
+            if w.group("func"):
+                extra["func"] = w.group("func")
+            if pre.task is not None:
+                extra["srun_task"] = pre.task
+            self._warn(lineno, text, w.group("msg").rstrip(), base, extra, ctx)
+            return
         m = _BARE_VERSION.search(text)
         if m is None:
             ctx.warn("NCCL line without a host:pid:tid prefix", lineno, text)
@@ -620,6 +640,8 @@ class NcclSource(LineSource):
     def _warn(self, lineno: int, raw: str, msg: str, base: dict, extra: dict, ctx: ParseContext) -> None:
         E, W = Severity.ERROR, Severity.WARNING
         net = Kind.NETWORK_ERROR
+        if hm := _MISMATCHED_COLL.search(msg):  # NCCL 2.4 init.cc: the rank the check names
+            extra["rank_hint"] = int(hm.group(1))
         if "Got completion from peer" in msg:
             m = _IB_COMPLETION.search(msg)
             if m is None:

@@ -113,6 +113,8 @@ _PREFILTER_PARTS = (
     r"(?:Error|Exception|Interrupt|SystemExit)(?::|\s*$)",
     r"CUDA error: ",
     r"CUDA out of memory",
+    # torch <= 1.5 _check_driver: "AssertionError: " with the message on the next line
+    r"^The NVIDIA driver on your system is too old",
     r"closing signal SIG",
     r"death signal, shutting down workers",
     r"Setting OMP_NUM_THREADS environment variable for each process",
@@ -927,6 +929,14 @@ class _Parser:
                 tb.chained.append(tb.exc.attrs["type"])
                 tb.exc = None
                 tb.awaiting_chain = True
+                tb.last = n
+                return True
+            if (n == tb.last + 1 and not tb.exc.attrs.get("text") and tb.exc.message.endswith(":")
+                    and text.strip() and not _TB_FRAME.match(text) and not _TB_START.match(text)):
+                # Python prints "Type: " + str(exc); a message that starts with a newline
+                # (torch <= 1.5's multi-line asserts) puts its first words on the next line.
+                tb.exc.attrs["text"] = text.strip()
+                tb.exc.message = f"{tb.exc.message} {text.strip()}"
                 tb.last = n
                 return True
             self._close_tb(key)

@@ -172,7 +172,24 @@ def test_bad_input_never_raises():
     rows, warnings = _rows(truncated)
     assert len(rows) == 1 and rows[0]["kind"] == "network_error" and rows[0]["attrs"]["transport"] == "ib"
     assert len(warnings) == 1
-    rows, warnings = _rows("NCCL WARN something without a prefix\n")
+    rows, warnings = _rows("NCCL INFO init.cc:1093 -> 1\n")
+    assert rows == [] and len(warnings) == 1
+
+
+def test_warn_pasted_without_its_prefix_is_read_without_a_host():
+    # NVIDIA/nccl#976's call stack and aws-ofi-nccl's WARN as pasted in issues: no host:pid:tid [dev]
+    rows, warnings = _rows(
+        "transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'\n"
+        "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, Error: Invalid argument\n"
+        "NCCL WARN something without a prefix\n"
+    )
+    assert not warnings
+    assert [r["kind"] for r in rows] == ["cuda_error", "network_error", "nccl_error"]
+    assert rows[0]["host"] is None and rows[0]["attrs"]["file"] == "transport/nvls.cc" and rows[0]["attrs"]["line_in_src"] == 165
+    assert rows[0]["attrs"]["error"] == "invalid argument" and rows[0]["attrs"]["prefix"] == "none"
+    assert rows[1]["attrs"]["file"] == "register_rail_mr_buffer" and "Unable to register memory" in rows[1]["message"]
+    # an INFO payload or chatter without a prefix is still not read
+    rows, warnings = _rows("NCCL INFO transport/nvls.cc:324 -> 1\n")
     assert rows == [] and len(warnings) == 1
 
 
