@@ -45,3 +45,25 @@ def test_a_rank_that_read_a_close_is_not_taken_for_the_silent_one() -> None:
     r = _report("stall")
     assert r.implicated.ranks == [1]
     assert r.cause != "none" and r.confidence < 0.8
+
+
+def test_the_node_whose_launcher_fell_silent_is_the_node_failure() -> None:
+    # Two torchrun agents, one console file each; the second agent and its workers were
+    # SIGKILLed at step 25. node0's ranks read a reset / close from their lost peers and its
+    # agent printed the ChildFailedError table; node1.log ends after torchrun's start banner.
+    r = _report("nodeloss")
+    assert r.cause == "node_failure" and r.confidence < 0.8
+    assert {e.file for e in r.evidence if e.rule == "silent-agent"} >= {"node1.log"}
+    assert r.first_failure is not None and r.first_failure.file == "node1.log"
+    assert 1 not in r.implicated.ranks  # node0's rank 1 only reported the loss
+
+
+def test_silent_agent_needs_the_others_peer_loss(tmp_path: Path) -> None:
+    # The same consoles cut before any loss: two quiet agents are a job still running.
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in ("node0.log", "node1.log"):
+        lines = (DATA / "nodeloss" / name).read_text().splitlines()[:6]
+        (job / name).write_text("\n".join(lines) + "\n")
+    report, _, _ = analyze(job)
+    assert not [e for e in report.evidence if e.rule == "silent-agent"]

@@ -10,8 +10,11 @@ from inside the worker at step 30 on FAULT_RANK:
   kill   SIGKILL of that rank by itself (nothing says why: a weak OOM reading at most)
   stop   SIGSTOP of that rank (a hang: it never reports the timeout its peers hit)
   stall  the rank allocates host memory in a loop under `ulimit -v` and falls silent
+  nodeloss  two torchrun agents ("nodes", 2 workers each, c10d rendezvous), each to its own
+         console file; at step 25 the second agent and its workers are SIGKILLed from outside
+         (killing the agent alone is not enough: its workers live on and finish)
 
-Usage:  python benchmarks/lab/local_torchrun.py --out /tmp/torchrun_local   (about 3 minutes)
+Usage:  python benchmarks/lab/local_torchrun.py --out /tmp/torchrun_local [--only nodeloss]   (about 4 minutes)
 The recordings in tests/data/torchrun_local/ were made with it (torch 2.13.0+cpu, gloo, 4
 processes, 20 s process-group timeout); the script path in them was rewritten to
 /home/user/job/train.py.
@@ -72,9 +75,11 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (8_000_000 * 1024, 8_000_000 * 1024))
 
 
-def record(out: Path) -> None:
+def record(out: Path, only: set[str]) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     for name, fault in FAULTS.items():
+        if only and name not in only:
+            continue
         job = out / name
         job.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, FAULT=fault, FAULT_RANK="2" if name in ("exc", "kill") else "1")
@@ -90,6 +95,42 @@ def record(out: Path) -> None:
             log.write(f"exit {rc}\n")
         subprocess.run(["pkill", "-CONT", "-f", "local_torchrun.py --worker"], check=False)
         print(name, rc)
+    if not only or "nodeloss" in only:
+        nodeloss(out / "nodeloss", torchrun)
+
+
+def _tree(pid: int) -> list[int]:
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid] + [d for k in kids for d in _tree(int(k))]
+
+
+def nodeloss(job: Path, torchrun: Path) -> None:
+    job.mkdir(parents=True, exist_ok=True)
+    port = str(29100 + random.randrange(400))
+    cmd = [str(torchrun), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "nodeloss", str(Path(__file__).resolve()), "--worker"]
+    env = dict(os.environ, FAULT="")
+    logs = [open(job / f"node{i}.log", "wb") for i in (0, 1)]
+    agents = []
+    for log in logs:
+        agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+        time.sleep(1)
+    try:
+        deadline = time.time() + 150
+        while time.time() < deadline and not any(b"step 25 " in (job / f"node{i}.log").read_bytes() for i in (0, 1)):
+            time.sleep(0.5)
+        for pid in _tree(agents[1].pid):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        agents[0].wait(timeout=150)
+    finally:
+        for a in agents:
+            a.kill()
+        for log in logs:
+            log.close()
+    print("nodeloss", agents[0].returncode)
 
 
 if __name__ == "__main__":
@@ -98,4 +139,6 @@ if __name__ == "__main__":
     else:
         ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         ap.add_argument("--out", type=Path, required=True)
-        record(ap.parse_args().out)
+        ap.add_argument("--only", action="append", default=[], help="a case name (repeatable): exc, kill, stop, stall, nodeloss")
+        args = ap.parse_args()
+        record(args.out, set(args.only))

@@ -28,6 +28,7 @@ Analysis = Callable[[pl.DataFrame, int | None], list[Finding]]
 ANALYSES: dict[str, Analysis] = {
     "silent-ranks": silence.silent_ranks,
     "first-killed": silence.first_killed,
+    "silent-agent": silence.silent_agent,
     "step-cancelled": silence.step_cancelled,
     "throughput-collapse": progress.throughput_collapse,
     "fr-collectives": collectives.flight_recorder,

@@ -633,3 +633,65 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
             ),
         )
     ]
+
+
+AGENT_RULE_ID = "silent-agent"
+AGENT_WEIGHT = 0.45  # where, not why: the node's kernel log or the scheduler says why
+# What an agent prints once its workers fail or it is told to stop: its own end.
+AGENT_END_KINDS = (Kind.ROOT_CAUSE_REPORT.value, Kind.PROCESS_EXIT.value, Kind.SIGNAL.value, Kind.JOB_CANCEL.value)
+
+
+def silent_agent(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """One launcher's console said nothing after its start while the ranks of the other
+    launchers lost their peers: its node's processes died without a word (the node went
+    away, or everything on it was killed).
+
+    Per-node consoles (one ``torchrun`` per node, each to its own file or pod log): when a
+    worker fails, its agent prints the exit (``failed (exitcode: ...)``), the signals it sends
+    and the ``ChildFailedError`` table; a surviving node's workers lose their peers and its
+    agent prints the same. A console with torchrun's start banner and then nothing of the
+    kind, while another's ranks report losing peers, is the node that stopped. A clean run
+    prints nothing at its end either, so the trigger is the others' peer loss, not the quiet."""
+    kind = pl.col("kind").cast(pl.String)
+    starts = events.filter((kind == Kind.JOB_STEP.value) & pl.col("attrs").str.contains('"launcher_start"', literal=True))
+    files = starts.get_column("file").drop_nulls().unique().to_list()
+    if len(files) < 2 or events.filter(kind == Kind.JOB_CANCEL.value).height:
+        return []
+    bad = pl.col("severity").cast(pl.String).is_in(BAD)
+    loss = events.filter(kind.is_in(PEER_LOSS_KINDS) & bad & pl.col("file").is_in(files)).sort("time", "file", "line", nulls_last=True)
+    if loss.height == 0:
+        return []
+    t_loss = loss.get_column("time").drop_nulls().min()
+    silent: list[dict[str, Any]] = []
+    for f in sorted(files):
+        own = events.filter(pl.col("file") == f)
+        if own.filter(kind.is_in(AGENT_END_KINDS) | bad).height:
+            continue
+        last = own.filter(pl.col("time").is_not_null()).sort("time", "line").tail(1).to_dicts()
+        if not last or (t_loss is not None and last[0]["time"] >= t_loss):
+            continue
+        silent.append(last[0])
+    if not silent or len(silent) == len(files):
+        return []
+    hosts = sorted({h for r in silent for f in [r["file"]] for h in events.filter(pl.col("file") == f).get_column("host").drop_nulls().unique().to_list()})
+    ranks = sorted({int(x) for r in silent for x in events.filter(pl.col("file") == r["file"]).get_column("rank").drop_nulls().unique().to_list()})
+    first_loss = loss.row(0, named=True)
+    evidence = tuple(_evidence({**r, "_t": _ns(r["time"])}) for r in [*silent[:MAX_EVIDENCE], first_loss])
+    names = ", ".join(r["file"] for r in silent[:5])
+    return [
+        Finding(
+            rule_id=AGENT_RULE_ID,
+            title=f"The launcher of {names} printed nothing after its start while the other nodes' ranks lost their peers",
+            cause="node_failure", role="cause", status="stable", weight=AGENT_WEIGHT,
+            first_time=_ns(t_loss), count=len(silent), hosts=tuple(hosts), ranks=tuple(ranks), gpus=(), evidence=evidence,
+            explanation=(
+                "An agent whose workers fail prints their exit and the ChildFailedError table, as the surviving agents did; "
+                "this one printed nothing: its node's processes died without a word (the node went away, lost power or "
+                "network, or everything on it was killed)."
+            ),
+            actions=(
+                "Check that node's state and kernel log around the loss (sinfo -R / kubectl describe node, journalctl -k, IPMI SEL) "
+                "and whether it was rebooted; drain it before resubmitting.",
+            ),
+        )
+    ]
