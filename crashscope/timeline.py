@@ -263,20 +263,32 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     # 16,384 ranks); the frame keeps its order.
     # (and of the others only those of the catalog rows' files: a row of another file cannot be
     # a twin, and the semi join of all 687k rows cost ~0.1 s at 16,384 ranks)
-    other = ev.select("source", "file", "line", "kind").filter(
-        ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())).drop("source")
+    # An event another source read only generically (the NCCL source's WARN on a net plugin it
+    # does not parse, "NET/OFI ...": error_type "other") is no reading of a cause.
+    generic = pl.col("attrs").str.json_path_match("$.error_type").eq("other").fill_null(False).alias("_generic")
+    other = ev.select("source", "file", "line", "kind", "attrs").filter(
+        ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())
+    ).with_columns(generic).drop("source", "attrs")
     # A generic error line (another source's log_error: a slurmstepd 'error:' line) twinned
     # by a catalog text that names a cause (enroot's 'failed to execute' in that line) is not
     # the same fact: the catalog's reading of the cause stays beside it.
     says_cause = ((pl.col("kind") == Kind.LOG_ERROR.value) & pl.col("_role").eq("cause")).fill_null(False)
-    c = c.with_columns(pl.col("attrs").str.json_path_match("$.role").alias("_role")).filter(~says_cause).drop("attrs", "_role")
-    twins = c.join(other, on=["file", "line", "kind"], how="semi")["_ct"]
+    c = c.with_columns(pl.col("attrs").str.json_path_match("$.role").alias("_role")).filter(~says_cause).drop("attrs")
+    is_cause = pl.col("_role").eq("cause").fill_null(False)
+    # So is a line the other source read only generically: the cause reading stays beside it.
+    twins = pl.concat([
+        c.filter(~is_cause).join(other, on=["file", "line", "kind"], how="semi")["_ct"],
+        c.filter(is_cause).join(other.filter(~pl.col("_generic")), on=["file", "line", "kind"], how="semi")["_ct"],
+    ])
     # The same text echoed elsewhere (an NCCL WARN repeated as "Last error:" inside a
     # PyTorch exception in another file) is the same fact: the source's own event stays.
     rest = c.filter(~pl.col("_ct").is_in(twins.implode())).with_columns(pl.col("message").str.strip_chars().alias("_m"))
-    said = ev.select("source", "kind", "message").filter(~cat & pl.col("kind").is_in(rest["kind"].unique().implode())).select(
-        "kind", pl.col("message").str.strip_chars().alias("_m"))
-    echoes = rest.join(said, on=["kind", "_m"], how="semi")["_ct"]
+    said = ev.select("source", "kind", "message", "attrs").filter(~cat & pl.col("kind").is_in(rest["kind"].unique().implode())).select(
+        "kind", pl.col("message").str.strip_chars().alias("_m"), generic)
+    echoes = pl.concat([
+        rest.filter(~is_cause).join(said, on=["kind", "_m"], how="semi")["_ct"],
+        rest.filter(is_cause).join(said.filter(~pl.col("_generic")), on=["kind", "_m"], how="semi")["_ct"],
+    ])
     drop = pl.concat([twins, echoes])
     if not drop.len():
         return ev

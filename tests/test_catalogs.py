@@ -395,6 +395,8 @@ def test_launcher_symptoms_and_exit_records(tmp_path: Path, name: str, text: str
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause
     assert report.confidence <= at_most
+
+
 def test_hydra_banner_gives_its_host_and_rank_to_the_signal_line() -> None:
     # pmodels/mpich pmiserv_cb.c: "PID %d RUNNING AT %s" then "EXIT CODE: %d" (the signal);
     # later Hydra: "RANK %d PID %d RUNNING AT %s" then "KILLED BY SIGNAL: %d (%s)"
@@ -456,3 +458,33 @@ def test_fabric_and_gpu_state_texts_name_the_cause(tmp_path: Path, name: str, te
     report, _, _ = analyze(tmp_path)
     assert report.cause == cause, (report.cause, report.confidence, [e.rule for e in report.evidence])
     assert report.confidence < 0.8 or cause == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause", "node"),
+    [
+        # aws-ofi-nccl's completion error with an unreachable-peer errno (EHOSTUNREACH) under mpirun's tag
+        ("mpi.out", "[1,4]<stderr>:ip-10-0-7-21:61:140 [4] nccl_net_ofi_sendrecv.cpp:412 NCCL WARN NET/OFI Request 0x7f3a2c0150e0 "
+         "completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0, Request: {dev: 0, size: 0}\n", "fabric_timeout", None),
+        # ... the RDMA protocol's form with the request's sequence number, behind a pod-log stamp
+        ("pod.log", "2025-03-02T11:20:14.881223Z stderr F ip-10-0-7-21:61:140 [4] nccl_net_ofi_rdma.cpp:1620 NCCL WARN NET/OFI Request "
+         "0x7f3a2c0150e0 seq 12 completed with error. RC: 110. Error: 13 (Unresponsive receiver). Completed length: 0\n", "fabric_timeout", None),
+        # libfabric's EFA provider: the peer's EFA device did not answer (prov_errno 13), behind a pod-log stamp
+        ("worker-1.log", "2025-03-02T11:20:14.881223Z stderr F libfabric:88:1740914414::efa:cq:efa_rdm_txe_handle_error():735<warn> err: 5, "
+         "message: Unresponsive receiver. This error is typically caused by a peer hardware failure or (13)\n", "fabric_timeout", None),
+        # UCX's fatal-signal report names the host in its '[host:pid:thread:tid]' prefix
+        ("rank7.log", "[gpu-a17:40412:0:40519] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x10)\n",
+         "software_error", "gpu-a17"),
+        # Open MPI's report: the header names the host, the 'Signal:' line the signal
+        ("mpi.err", "[node-b03:07781] *** Process received signal ***\n[node-b03:07781] Signal: Segmentation fault (11)\n"
+         "[node-b03:07781] Signal code: Address not mapped (1)\n", "software_error", "node-b03"),
+    ],
+)
+def test_part_m_fabric_completion_and_signal_report_texts(tmp_path: Path, name: str, text: str, cause: str, node: str | None) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause
+    if node is not None:
+        assert report.implicated.nodes == [node]

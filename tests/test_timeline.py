@@ -377,3 +377,18 @@ def test_a_catalog_cause_read_in_a_generic_error_line_stays_beside_it() -> None:
     assert sorted(kept["source"].cast(pl.String).to_list()) == ["catalog", "slurm"]
     # a catalog reading that names no cause is the same fact as the source's own: one event
     assert _tl([generic, catalog("context")]).events["source"].cast(pl.String).to_list() == ["slurm"]
+
+
+def test_a_catalog_cause_in_a_net_plugin_warn_the_nccl_source_reads_generically_stays() -> None:
+    # aws-ofi-nccl's WARN: the NCCL source reads "NET/OFI ..." as a network_error of error_type "other"
+    msg = "NET/OFI Request 0x7f14cc5b60c0 completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0"
+
+    def nccl(error_type: str) -> pl.DataFrame:
+        return make_event(kind="network_error", source="nccl", host="ip-10-0-7-21", file="rank4.log", line=9, message=msg,
+                          attrs={"transport": "ofi", "error_type": error_type})
+
+    cat = make_event(kind="network_error", source="catalog", host=None, file="rank4.log", line=9, message=msg,
+                     attrs={"catalog": "nccl", "name": "ofi_request_completed_with_error", "cause": "fabric_timeout", "role": "cause"})
+    assert sorted(_tl([nccl("other"), cat]).events["source"].cast(pl.String).to_list()) == ["catalog", "nccl"]
+    # a line the source parsed itself (an IB completion with its status) keeps only the source's event
+    assert _tl([nccl("completion"), cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
