@@ -68,3 +68,30 @@ def test_evidence_points_at_real_lines() -> None:
                 continue
             lines = (job / e.file).read_text(errors="replace").splitlines()
             assert e.message.strip()[:30] in lines[e.line - 1], (job.name, e.file, e.line)
+
+
+def test_json_dumps_is_json_with_indent() -> None:
+    """report.json's writer (C-encoded flat containers, Python above them) gives exactly
+    ``json.dumps(indent=2, ensure_ascii=False)``'s text: nesting, empty containers, tuples,
+    keys json converts, str/int subclasses, floats json spells its own way, hostile text."""
+    import enum
+
+    from crashscope.report.safe import json_dumps
+
+    class Name(str, enum.Enum):
+        A = "a\u202eb"
+
+    class Num(enum.IntEnum):
+        X = 3
+
+    values = [{}, [], (), {"a": {}}, [[]], [{}], 1, -0.0, 1e300, float("nan"), float("-inf"), "x", None, True,
+              {"a": 1, "b": [1, 2.5, {"c": None, "d": [True, False]}], "e": {"f": "g\n\"h\u2028\x1b[31m", "k": (1, 2)}, "t": ()},
+              {1: 2, "x": {2.5: [1], None: 3, True: {}}}, {"a": Name.A, "b": Num.X, "c": [Name.A, Num.X], Name.A: 1},
+              [1, [2, [3, [4, {"z": [5, {}]}]]]], {"\u00e9\x00": ["\ud800", "\U0001F600", "\\", "/"]}, ({"a": (1, {"b": ()})},)]
+    for v in values:
+        assert json_dumps(v) == json.dumps(v, indent=2, ensure_ascii=False), v
+    report, _, _ = analyze(ROOT / "fixtures" / "jobs" / "gpu_throttle_node001_gpu0")
+    d = report.to_dict()
+    assert json_dumps(d) == json.dumps(d, indent=2, ensure_ascii=False)
+    with pytest.raises(TypeError):
+        json_dumps({"a": [{"b": object()}]})

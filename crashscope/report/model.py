@@ -311,6 +311,23 @@ class Coverage:
                    hosts={str(h): HostSummary.from_dict(v) for h, v in hosts.items()}, ranks_expected=_int(d.get("ranks_expected")))
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
+def _copy(v: Any) -> Any:
+    """``copy.deepcopy`` of a report field's plain data (dicts, lists, strings, numbers),
+    walked directly: deepcopy's bookkeeping cost ~0.3 s on a 16,384-rank report's 37k file
+    records. Anything else (a tuple, an object) is deepcopy's."""
+    t = type(v)
+    if t in _ATOMS:
+        return v
+    if t is dict:
+        return {k: _copy(x) for k, x in v.items()}
+    if t is list:
+        return [_copy(x) for x in v]
+    return copy.deepcopy(v)
+
+
 @dataclass
 class Report:
     job: dict[str, Any]
@@ -365,7 +382,7 @@ class Report:
             elif f.name in ("evidence", "symptoms", "anomalies", "timeline_excerpt", "co_occurring"):
                 ordered[f.name] = [x.to_dict() for x in v]
             else:
-                ordered[f.name] = copy.deepcopy(v)
+                ordered[f.name] = _copy(v)
         ordered["fingerprint"] = self.fingerprint
         return ordered
 

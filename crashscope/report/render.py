@@ -10,13 +10,13 @@ a line break or Markdown structure out of a value.
 from __future__ import annotations
 
 import io
-import json
 from typing import Any, Callable
 
 from crashscope.hostlist import compress_ints
 from crashscope.report.model import FIRST_FAILURE_KEYS, Report
 from crashscope.report.safe import (
     escape_controls,
+    json_dumps,
     json_text,
     md_code,
     md_fence,
@@ -42,7 +42,7 @@ COMPACT_MESSAGE = 200
 
 
 def render_json(report: Report, **_: Any) -> str:
-    return json_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False)) + "\n"
+    return json_text(json_dumps(report.to_dict())) + "\n"
 
 
 # --- small helpers -------------------------------------------------------------------------

@@ -22,7 +22,9 @@ every view passes them through here:
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from functools import lru_cache
 from typing import Any, Callable
 
 import regex
@@ -133,7 +135,77 @@ def json_text(text: str) -> str:
     """Post-process ``json.dumps(..., ensure_ascii=False)`` output: same JSON value, but the
     characters above are ``\\uXXXX`` escapes. Safe because JSON text outside strings is
     ASCII, so every such character sits inside a string literal."""
+    if text.isascii():  # every character it escapes is above 0x7e (an O(1) test of a str)
+        return text
     return _JSON_UNSAFE.sub(_json_escape, text)
+
+
+_SCALARS = (str, int, float, type(None))  # bool is an int
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+
+
+@lru_cache(maxsize=64)
+def _flat_encoder(level: int) -> Callable[[Any], str]:
+    """json's C encoder (it serves only calls without ``indent``) writing a container's
+    items one to a line at ``level``: what ``indent=2`` writes between them."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:  # a Python without the C part: json's own encoder
+        return json.JSONEncoder(ensure_ascii=False, separators=(",\n" + "  " * level, ": ")).encode
+    e = json.JSONEncoder(ensure_ascii=False)
+    enc = c_make_encoder(None, e.default, json.encoder.encode_basestring, None, ": ", ",\n" + "  " * level, False, False, True)
+    return lambda o: "".join(enc(o, 0))
+
+
+def _flat(values: Any) -> bool:
+    """Every value a scalar or an empty container (which json writes as ``{}``, ``[]``)."""
+    return all(type(v) in _PLAIN or isinstance(v, _SCALARS) or (isinstance(v, (dict, list, tuple)) and not v) for v in values)
+
+
+def json_dumps(obj: Any) -> str:
+    """``json.dumps(obj, indent=2, ensure_ascii=False)``, the same text, faster: json's
+    indenting encoder is pure Python; here every container whose items are scalars (or
+    empty) is written by json's C encoder and only the containers above those are walked
+    in Python (a 16,384-rank report: 53k such dicts, 10.7 MB)."""
+    out: list[str] = []
+    _dump(obj, 0, out)
+    return "".join(out)
+
+
+def _dump(o: Any, level: int, out: list[str]) -> None:
+    t = type(o)
+    if t is dict and o:
+        inner = "  " * (level + 1)
+        if _flat(o.values()):
+            out.append("{\n" + inner + _flat_encoder(level + 1)(o)[1:-1] + "\n" + "  " * level + "}")
+            return
+        if any(type(k) is not str for k in o):  # keys json converts (numbers, None): json itself
+            out.append(json.dumps(o, indent=2, ensure_ascii=False).replace("\n", "\n" + "  " * level))
+            return
+        key = json.encoder.encode_basestring
+        sep = "{\n" + inner
+        for k, v in o.items():
+            out.append(sep + key(k) + ": ")
+            _dump(v, level + 1, out)
+            sep = ",\n" + inner
+        out.append("\n" + "  " * level + "}")
+    elif (t is list or t is tuple) and o:
+        inner = "  " * (level + 1)
+        if _flat(o):
+            out.append("[\n" + inner + _flat_encoder(level + 1)(o)[1:-1] + "\n" + "  " * level + "]")
+            return
+        sep = "[\n" + inner
+        for v in o:
+            out.append(sep)
+            _dump(v, level + 1, out)
+            sep = ",\n" + inner
+        out.append("\n" + "  " * level + "]")
+    elif t in _PLAIN or (t is dict or t is list or t is tuple):  # a scalar, an empty container
+        out.append(_flat_encoder(0)(o))
+    else:
+        # a subclass of dict, list, str or a number, anything json calls ``default`` for:
+        # json itself, its text indented to this level (a JSON text has line breaks only
+        # between tokens, never inside a string)
+        out.append(json.dumps(o, indent=2, ensure_ascii=False).replace("\n", "\n" + "  " * level))
 
 
 # --- the string-mapping pass --------------------------------------------------------------
