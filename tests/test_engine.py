@@ -410,3 +410,34 @@ def test_docs_rules_md_is_current() -> None:
     assert actual == expected, "docs/rules.md is stale: run `crashscope rules docs -o docs/rules.md`"
     for r in load_rules().rules:
         assert f"### `{r.id}`" in actual
+
+
+@pytest.mark.parametrize("job", ["driver_drift_nccl_node002", "driver_drift_cuda_node002", "healthy_2x4", "xid79_node001"])
+def test_drift_precheck_agrees_with_drift(job: str) -> None:
+    """_may_drift (the distinct attrs and group columns of the matched rows) says exactly
+    whether _drift (every matched row) finds a group of two values, for the version rows of
+    real fixtures grouped as the rule groups them and more coarsely, one host's row changed."""
+    import importlib
+
+    from crashscope.ingest import ingest
+
+    ev_mod = importlib.import_module("crashscope.engine.evaluate")
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / job
+    if not root.is_dir():
+        pytest.skip(f"fixture {job} missing")
+    ev = ingest(root).events
+    rule = next(r for r in ev_mod.default_rules() if r.id == "version-drift-across-hosts")
+    ctx = ev_mod._Context(ev, None)
+    plan = ctx.plan(rule)
+    frame = ev.filter(plan.pre).with_row_index("_i").with_columns(pl.col("time").cast(pl.Int64).alias("_t"), *plan.columns)
+    matched = frame.filter(ev_mod._cond_expr(ev_mod.cond.parse(rule.condition, set(rule.selections))))
+    assert matched.height
+    bumped = matched.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit('{"component": "nccl", "version": "9.9"}'))
+                                  .otherwise(pl.col("attrs")).alias("attrs"))
+    seen = set()
+    for frame_ in (matched, bumped):
+        for group_by in (rule.group_by, ("component",), ("source",), ()):
+            want = ev_mod._drift(ev_mod._dicts(frame_, rule), rule.differs_across_hosts, group_by) is not None
+            assert ev_mod._may_drift(frame_, rule.differs_across_hosts, group_by) == want, (group_by, want)
+            seen.add(want)
+    assert True in seen
