@@ -79,6 +79,12 @@ def _when(v: Any) -> datetime | None:
     """An ISO stamp of the report (``...Z``, ``+00:00``, up to nanoseconds) as UTC."""
     if not isinstance(v, str) or not v or len(v) > 64:
         return None
+    return _when_text(v)
+
+
+@lru_cache(maxsize=1 << 16)
+def _when_text(v: str) -> datetime | None:
+    # a 16,384-rank report reads 123k stamps, 3.7k of them distinct (~0.3 s of the view)
     s = _FRACTION.sub(r"\1", v.strip()).replace("Z", "+00:00")
     try:
         t = datetime.fromisoformat(s)
