@@ -151,6 +151,10 @@ def main() -> None:
         results["runs"].append(run)
         print(json.dumps(run), file=sys.stderr)
     print(f"\ncrashscope --help: {results['help_s']:.3f} s (best of 3); load average {results['load_avg_1m']:.1f} on {results['cpus']} CPUs")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # an editable checkout then compiles its modules from source in every process
+        # (~0.3 CPU s each: the analyze and each worker), which an installed package does not
+        print("PYTHONDONTWRITEBYTECODE is set: crashscope's modules are compiled from source in every process")
     # (CPU seconds beside wall: on a shared machine the wall times of both tools grow with the load)
     print(f"{'size GB':>8} {'ranks':>6} {'files':>6} {'analyze s':>10} {'CPU s':>7} {'MB/s':>8} {'peak RSS MB':>12} {'grep s':>8} {'CPU s':>6} "
           f"{'rg s':>6} {'x grep':>7} {'cpu x':>6}  cause")

@@ -813,6 +813,14 @@ def _block_hit_frame(block: bytes, first_line: int, notes: list[str]) -> tuple[p
     return out.select("n", pl.col("l").fill_null("").str.strip_chars_end("\r")), n_lines
 
 
+# Where a pass has no CR and is all UTF-8 (most passes of most jobs), it is split by
+# polars' line reader and the file of each line is worked out from the lines' byte
+# lengths (_bulk_hits_lines); any other pass takes the CSV reader (_bulk_hits_csv), which
+# reads bytes that are not UTF-8 lossily and keeps each CR for _COMBINED. A switch for
+# tests and benchmarks: False sends every pass the CSV way.
+LINES_PASS = True
+
+
 def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None]:
     """:func:`_block_hit_frame` for many files of one block in one pass: (hit lines, line
     count, bytes) per file, the same as each file's own scan gives (tests/test_fast_path.py
@@ -821,6 +829,71 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
     our column separator. None for a file this pass does not take, which the caller reads
     the plain way: one with a line over MAX_LINE_BYTES (which the plain path cuts and says
     so), or every file of a pass polars could not split a row per line."""
+    raw = bytes(data)
+    if LINES_PASS and raw.find(b"\r") < 0:
+        got = _bulk_hits_lines(raw, spans)
+        if got is not None:
+            return got
+    return _bulk_hits_csv(raw, spans)
+
+
+def _bulk_hits_lines(raw: bytes, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None] | None:
+    """:func:`_bulk_hits` for a pass without CR: None where polars' line reader does not
+    take it (bytes that are not UTF-8) or its rows do not add up to the files' bytes.
+
+    Splitting the lines and the Channel test on each are most of its cost, as in the CSV
+    way; what it saves is the CSV reader's work per line and the newline counts: the
+    file's last line is the one whose running total of bytes (each line and its newline)
+    reaches the file's end, which also proves a row per line. (Callgrind, 9 rank logs of
+    the 2 GB job twice: 658 -> 363 million instructions.)"""
+    try:
+        lines = pl.read_lines(io.BytesIO(raw), name="l")["l"]
+    except Exception:  # noqa: BLE001 - not UTF-8 (or a reader that changed): the CSV way
+        return None
+    nb = lines.str.len_bytes()
+    ends = pl.Series([s for s, _ in spans[1:]] + [len(raw)], dtype=pl.UInt64)
+    total = (nb.cast(pl.UInt64) + 1).cum_sum()
+    last = total.search_sorted(ends, side="left")
+    if not lines.len() or int(last[-1]) != lines.len() - 1 or not (total.gather(last) == ends).all():  # type: ignore[arg-type]
+        return None
+    last_rows = last.to_list()
+    starts = [0] + [r + 1 for r in last_rows[:-1]]
+    counts = [r + 1 - s for r, s in zip(last_rows, starts)]
+    first_rows = pl.Series(starts, dtype=pl.UInt32)
+    kept = pl.DataFrame({"l": lines, "_b": nb}).with_row_index("i").filter(~lines.str.contains(_CHANNEL, literal=True) | (nb > MAX_LINE_BYTES))
+    del lines, nb, total
+    kept = kept.filter(~kept["l"].str.contains(_CHATTER_RE) | (kept["_b"] > MAX_LINE_BYTES))
+
+    def located(frame: pl.DataFrame) -> pl.DataFrame:
+        f = (first_rows.search_sorted(frame["i"], side="right") - 1).cast(pl.UInt32).alias("f")
+        return frame.with_columns(f, (frame["i"] - first_rows.gather(f) + 1).cast(pl.UInt32).alias("n"))
+
+    long: set[int] = set()
+    if kept.height and (kept["_b"].max() or 0) > MAX_LINE_BYTES:  # type: ignore[operator]
+        long = set(located(kept.filter(pl.col("_b") > MAX_LINE_BYTES).select("i"))["f"].unique().to_list())
+    # empty lines are never hits (the CSV reader reads them as nulls, which match nothing)
+    rest = kept.filter(kept["_b"] > 0)
+    del kept
+    few = rest.height <= SMALL_HITS  # see _bulk_hits_csv
+    if not few:
+        rest = rest.filter(rest["l"].str.contains(_COMBINED))
+    wants = [rest["l"].str.contains(src.prefilter).alias(f"_s{i}") for i, (src, _) in enumerate(_PER_SOURCE)]
+    hits = rest.select("i", "l", *wants)
+    if few:
+        hits = hits.filter(pl.any_horizontal(*(w.name for w in wants)))
+    hits = located(hits).select("f", "n", "l", *(w.name for w in wants))
+    del rest
+    parts = hits.partition_by("f", as_dict=True, include_key=False, maintain_order=True)
+    empty = hits.clear().drop("f")
+    out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(spans)
+    for j, (_, n) in enumerate(spans):
+        if j not in long:
+            out[j] = (parts.get((j,), empty), counts[j], n)
+    return out
+
+
+def _bulk_hits_csv(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None]:
+    """:func:`_bulk_hits` by polars' CSV reader: any bytes, CRs kept."""
     out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(spans)
     ends = [s for s, _ in spans[1:]] + [len(data)]
     if len(data) > NUMPY_COUNT_BYTES:
@@ -828,7 +901,7 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
 
         counts = [int(np.count_nonzero(np.frombuffer(data, np.uint8, e - s, s) == 10)) for (s, _), e in zip(spans, ends)]
     else:
-        counts = [bytes(data[s:e]).count(b"\n") for (s, _), e in zip(spans, ends)]
+        counts = [data.count(b"\n", s, e) for (s, _), e in zip(spans, ends)]
     total = sum(counts)
     # One streaming scan splits the pass into lines and drops the chatter as it goes: a
     # frame of every line, filtered after, was a third more CPU (its column written and
@@ -838,7 +911,7 @@ def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.
     try:
         kept = (
             pl.scan_csv(
-                io.BytesIO(bytes(data)),
+                io.BytesIO(data),
                 has_header=False, separator="\x1f", quote_char=None, encoding="utf8-lossy",
                 truncate_ragged_lines=True, new_columns=["l"], schema_overrides={"l": pl.String}, infer_schema=False,
             )

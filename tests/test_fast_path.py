@@ -15,6 +15,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import crashscope.ingest as ingest_mod
 from crashscope.ingest import ingest
@@ -290,3 +292,74 @@ def test_both_ways_of_finding_a_pass_hits_agree(lf_job: Path, big_job: Path, mon
     for job in (lf_job, big_job):
         events, _, _ = _same_both_ways(job, monkeypatch)
         assert len(events) > 100
+
+
+def _pass(files: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """Files laid out as ingest_batch lays out a pass: each followed by a newline where it lacks one."""
+    buf, spans = bytearray(), []
+    for f in files:
+        spans.append((len(buf), len(f)))
+        buf += f if f.endswith(b"\n") else f + b"\n"
+    return bytes(buf), spans
+
+
+def _same_hits(a: list, b: list) -> bool:  # type: ignore[type-arg]
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if (x is None) != (y is None):
+            return False
+        if x is not None and (x[1:] != y[1:] or x[0].schema != y[0].schema or not x[0].equals(y[0])):
+            return False
+    return True
+
+
+_HIT = WARN.rstrip("\n").encode()
+_PIECES = st.sampled_from(
+    [b"\n", b"\n", b"\r", b"\r\n", b'"', b"\x00", b",", b"\xff\xfe", "é".encode(), b"x" * 50, b"  ", _HIT, _HIT, CHATTER.rstrip("\n").encode(),
+     b"Traceback (most recent call last):", b"[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered", b"NCCL INFO Ring 00 : 0 1"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_PIECES, min_size=1, max_size=40), min_size=1, max_size=5), st.sampled_from([64, 1 << 20]), st.sampled_from([0, 4_096]))
+def test_the_line_reader_pass_is_the_csv_pass(files: list[list[bytes]], max_line: int, small_hits: int) -> None:
+    """A pass read by polars' line reader gives the CSV reader's hits, line counts and
+    long-line files, or hands the pass back (CR, not UTF-8): and it takes every pass
+    that has neither."""
+    raw, spans = _pass([b"".join(f) for f in files])
+    saved = ingest_mod.MAX_LINE_BYTES, ingest_mod.SMALL_HITS
+    ingest_mod.MAX_LINE_BYTES, ingest_mod.SMALL_HITS = max_line, small_hits
+    try:
+        got = ingest_mod._bulk_hits_lines(raw, spans)
+        want = ingest_mod._bulk_hits_csv(raw, spans)
+    finally:
+        ingest_mod.MAX_LINE_BYTES, ingest_mod.SMALL_HITS = saved
+    if b"\r" in raw or b"\xff" in raw:
+        return  # _bulk_hits does not ask the line reader (CR), or it cannot read the pass
+    assert got is not None
+    assert _same_hits(got, want)
+
+
+@pytest.mark.parametrize("job", ["lf", "big"])
+def test_line_reader_and_csv_passes_agree(job: str, lf_job: Path, big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: every pass the CSV way gives the same events, records and warnings as
+    the default, in which the line reader takes the passes without CR and non-UTF-8 bytes
+    (all of lf_job's; big_job has CRs in its golden lines, so none of its passes)."""
+    root = lf_job if job == "lf" else big_job
+    taken: list[int] = []
+    real = ingest_mod._bulk_hits_lines
+
+    def spy(raw, spans):  # type: ignore[no-untyped-def]
+        out = real(raw, spans)
+        taken.append(out is not None)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "_bulk_hits_lines", spy)
+        default = _run(root)
+    assert taken == ([True] * len(taken) if job == "lf" else []) and (taken or job == "big")
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "LINES_PASS", False)
+        csv = _run(root)
+    assert default == csv
