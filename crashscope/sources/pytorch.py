@@ -425,6 +425,10 @@ class PytorchSource(LineSource):
                      attrs=ev.attrs or None)
 
 
+# A separator rule (torchelastic's ChildFailedError table opens with one): no message words.
+_RULE_LINE = regex.compile(r"^\s*[=\-*_#~+]{3,}\s*$")
+
+
 class _Parser:
     def __init__(self, ctx: ParseContext):
         self.ctx = ctx
@@ -932,7 +936,8 @@ class _Parser:
                 tb.last = n
                 return True
             if (n == tb.last + 1 and not tb.exc.attrs.get("text") and tb.exc.message.endswith(":")
-                    and text.strip() and not _TB_FRAME.match(text) and not _TB_START.match(text)):
+                    and text.strip() and not _TB_FRAME.match(text) and not _TB_START.match(text)
+                    and not _RULE_LINE.match(text)):
                 # Python prints "Type: " + str(exc); a message that starts with a newline
                 # (torch <= 1.5's multi-line asserts) puts its first words on the next line.
                 tb.exc.attrs["text"] = text.strip()

@@ -425,3 +425,15 @@ def test_desync_report_ranks_inside_the_collective_are_the_suspects_over_those_t
     )
     (d,) = [r for r in _rows(text)[0] if r["kind"] == "desync_report"]
     assert d["attrs"]["suspects"] == [7]
+
+
+def test_an_exception_message_on_the_next_line_is_not_a_separator_rule():
+    # torch <= 1.5 asserts print "AssertionError: " and the message on the next line; torchelastic's
+    # ChildFailedError prints its table after a "====" rule, which is not its message.
+    asserted = "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nAssertionError: \nThe NVIDIA driver on your system is too old (found version 9010).\n"
+    child = ("Traceback (most recent call last):\n  File \"run.py\", line 3, in <module>\n"
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+             "============================================================\ntrain.py FAILED\n")
+    msgs = [[r["message"] for r in _rows(t)[0] if r["kind"] == "exception"] for t in (asserted, child)]
+    assert any("driver on your system is too old" in m for m in msgs[0]), msgs[0]
+    assert msgs[1] and all("====" not in m for m in msgs[1]), msgs[1]
