@@ -11,7 +11,8 @@ twice each) and checks both give the same number of events.
 
 times ``_bulk_hits`` alone (one polars thread, CPU seconds, min of 5) over the job's
 ``logs/*.log`` files cut into passes of each size, with the same hits per file checked
-across sizes: the number behind PASS_BYTES.
+across sizes: the number behind PASS_BYTES. ``--ways lines,csv`` times the line-reader
+way of a pass against the CSV reader's (``ingest.LINES_PASS``), the same hits checked.
 
     python benchmarks/bulk_scan_bench.py --prescan /tmp/cs-bench/job_2GB 9
 
@@ -150,7 +151,7 @@ def literals_report() -> None:
         print("\n".join(useless))
 
 
-def passes_report(job: str, files: int, sizes_mib: list[int]) -> None:
+def passes_report(job: str, files: int, sizes_mib: list[int], ways: list[str] | None = None) -> None:
     import os
     from pathlib import Path
 
@@ -180,24 +181,34 @@ def passes_report(job: str, files: int, sizes_mib: list[int]) -> None:
             push()
         return out
 
-    sets = {m: cut(m * 1024 * 1024) for m in sizes_mib}
-    hits = {m: [h for mv, spans in bufs for h in ingest_mod._bulk_hits(mv, spans)] for m, bufs in sets.items()}
+    # (size, way): "lines" is the default (the line reader where a pass takes it), "csv"
+    # every pass by the CSV reader (ingest.LINES_PASS off)
+    sets = {(m, w): cut(m * 1024 * 1024) for m in sizes_mib for w in (ways or ["lines"])}
+
+    def bulk(way: str, mv: memoryview, spans: list[tuple[int, int]]) -> list:  # type: ignore[type-arg]
+        ingest_mod.LINES_PASS = way != "csv"
+        try:
+            return ingest_mod._bulk_hits(mv, spans)
+        finally:
+            ingest_mod.LINES_PASS = True
+
+    hits = {k: [h for mv, spans in bufs for h in bulk(k[1], mv, spans)] for k, bufs in sets.items()}
     first = next(iter(hits.values()))
     for m, h in hits.items():
         if [(x or (None,))[1:] for x in h] != [(x or (None,))[1:] for x in first] or any(
             (a is None) != (b is None) or (a is not None and b is not None and not a[0].equals(b[0])) for a, b in zip(h, first)
         ):
-            sys.exit(f"passes of {m} MiB gave other hits")
+            sys.exit(f"passes of {m[0]} MiB ({m[1]}) gave other hits")
     mb = sum(q.stat().st_size for q in paths) / 1e6
     best = {m: float("inf") for m in sets}
     for _ in range(5):
         for m, bufs in sets.items():
             c = time.process_time()
             for mv, spans in bufs:
-                ingest_mod._bulk_hits(mv, spans)
+                bulk(m[1], mv, spans)
             best[m] = min(best[m], time.process_time() - c)
     for m in sets:
-        print(f"passes of {m:3d} MiB: {len(sets[m]):4d} passes, {best[m]:.3f} CPU s for {mb:.0f} MB ({mb / best[m]:.0f} MB per CPU s)")
+        print(f"passes of {m[0]:3d} MiB, {m[1]:5s}: {len(sets[m]):4d} passes, {best[m]:.3f} CPU s for {mb:.0f} MB ({mb / best[m]:.0f} MB per CPU s)")
 
 
 # -- --prescan: a literal pre-scan over chunks, measured (issue 13; not used by the ingest) --
@@ -461,8 +472,9 @@ def main() -> None:
         ap.add_argument("--passes", required=True, help="a job directory with logs/*.log (the ingest benchmark's)")
         ap.add_argument("--files", type=int, default=128)
         ap.add_argument("--pass-mib", default="16,32")
+        ap.add_argument("--ways", default="lines", help="lines (the default way), csv (every pass by the CSV reader), or both: lines,csv")
         a = ap.parse_args()
-        passes_report(a.passes, a.files, [int(x) for x in a.pass_mib.split(",")])
+        passes_report(a.passes, a.files, [int(x) for x in a.pass_mib.split(",")], a.ways.split(","))
         return
     job = sys.argv[1]
     counts = set()
