@@ -137,7 +137,7 @@ def build_timeline(result: IngestResult, *, expected_ranks: int | None = None) -
     ev = _borrow_times(ev)  # a stamped twin of the same exception beats a neighbour's time
     ev = _interpolate(ev)
     ev = _peer_hosts(ev)
-    ev = ev.sort(["time", "file", "line"], nulls_last=True).drop("_id")
+    ev = ev.sort(["time", "file", "line"], nulls_last=True, maintain_order=True).drop("_id")
     ev = ev.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
     world = expected_ranks or world_size(ev)
@@ -866,7 +866,7 @@ def _interpolate(ev: pl.DataFrame) -> pl.DataFrame:
     filled = pl.when(bracketed | near).then(pl.when(use_next).then(pl.col("_nt")).otherwise(pl.col("_pt")))
     fill = (
         ev.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"), "file", "line", "time")
-        .sort(["file", "line"])
+        .sort(["file", "line"], maintain_order=True)
         .with_columns(prev_t.alias("_pt"), next_t.alias("_nt"), prev_l.alias("_pl"), next_l.alias("_nl"))
         .select("_p", "time", filled.alias("_f"))
         .filter(pl.col("time").is_null() & pl.col("_f").is_not_null())
@@ -977,7 +977,7 @@ def collapse_symptoms(ev: pl.DataFrame, world: int | None) -> list[SymptomGroup]
     s = ev.filter(pl.col("kind").is_in(list(SYMPTOM_KINDS))).with_columns(signature_expr().alias("_sig"))
     if s.height == 0:
         return []
-    s = s.sort(["time", "file", "line"], nulls_last=True)
+    s = s.sort(["time", "file", "line"], nulls_last=True, maintain_order=True)
     g = s.group_by(["kind", "_sig"], maintain_order=True).agg(
         _attr("attrs", "repeat", pl.Int64).fill_null(1).sum().alias("count"),  # folded repeats count
         pl.col("rank").drop_nulls().unique().sort().alias("ranks"),

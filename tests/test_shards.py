@@ -225,12 +225,11 @@ def _split_by_file(src: Path, spool: Path) -> int:
     return n
 
 
-# Jobs of several hosts with GPU telemetry, versions, kernel logs. Not here: jobs where an
-# unstamped line's nearest line holds the stamps of two sources (driver_drift_nccl_node002,
-# gpu_throttle_node001_gpu0): it takes the one the timeline's unstable (file, line) sort
-# puts first, and that order depends on the frame's other rows, so the merge can differ.
+# Jobs of several hosts with GPU telemetry, versions, kernel logs. The last two have an
+# unstamped line whose nearest line holds the stamps of two sources: with an unstable (file,
+# line) sort it took whichever the frame's other rows put first, so the merge differed.
 MERGE_CASES = ["recorded/nodekill_n2_srun", "jobs/fabric_timeout_ib_node002", "jobs/xid79_node001",
-               "jobs/storage_stall_sharded_node002_rank3"]
+               "jobs/storage_stall_sharded_node002_rank3", "jobs/driver_drift_nccl_node002", "jobs/gpu_throttle_node001_gpu0"]
 
 
 @pytest.mark.parametrize("case", MERGE_CASES)
