@@ -146,19 +146,21 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.summary = "No recognizable log line was found, so nothing can be said about this job."
         return v
     if not failed and outcome in (None, "COMPLETED"):
-        last_step = None if outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) else _final_step(ev)
-        exited = last_step is None and not (outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev)) and _exited(ev)
-        success = outcome == "COMPLETED" or _clean_exits(ev) or _run_finished(ev) or last_step is not None or exited
+        clean = _clean_exits(ev)
+        finished = outcome == "COMPLETED" or clean or _run_finished(ev)
+        last_step = None if finished else _final_step(ev)
+        exited = not finished and last_step is None and _exited(ev)
+        success = finished or last_step is not None or exited
         v.evidence = [_evidence(f, e) for f in deciding if f.role == "context" for e in f.evidence[:1]][:5]
         if success:
             v.cause = "none"
             v.confidence = (
-                0.95 if outcome == "COMPLETED" else 0.8 if _clean_exits(ev)
+                0.95 if outcome == "COMPLETED" else 0.8 if clean
                 else PROGRESS_END_CONFIDENCE if last_step is not None else EXITED_CONFIDENCE if exited else RUN_END_CONFIDENCE
             )
             v.summary = (
                 "The job completed normally." if outcome == "COMPLETED"
-                else "Every process exited with code 0 and no failure signal was found." if _clean_exits(ev)
+                else "Every process exited with code 0 and no failure signal was found." if clean
                 else f"The trainer's progress reached its last iteration ({last_step}) and no failure signal was found; "
                 "no exit status or scheduler record confirms the end." if last_step is not None
                 else "A process reached its normal exit (PyTorch's exit-time process-group warning) and no failure "

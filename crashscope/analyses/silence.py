@@ -673,8 +673,9 @@ def silent_agent(events: pl.DataFrame, world: int | None) -> list[Finding]:
         silent.append(last[0])
     if not silent or len(silent) == len(files):
         return []
-    hosts = sorted({h for r in silent for f in [r["file"]] for h in events.filter(pl.col("file") == f).get_column("host").drop_nulls().unique().to_list()})
-    ranks = sorted({int(x) for r in silent for x in events.filter(pl.col("file") == r["file"]).get_column("rank").drop_nulls().unique().to_list()})
+    theirs = events.filter(pl.col("file").is_in([r["file"] for r in silent]))
+    hosts = sorted(theirs.get_column("host").drop_nulls().unique().to_list())
+    ranks = sorted(int(x) for x in theirs.get_column("rank").drop_nulls().unique().to_list())
     first_loss = loss.row(0, named=True)
     evidence = tuple(_evidence({**r, "_t": _ns(r["time"])}) for r in [*silent[:MAX_EVIDENCE], first_loss])
     names = ", ".join(r["file"] for r in silent[:5])
