@@ -265,7 +265,15 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     # a twin, and the semi join of all 687k rows cost ~0.1 s at 16,384 ranks)
     # An event another source read only generically (the NCCL source's WARN on a net plugin it
     # does not parse, "NET/OFI ...": error_type "other") is no reading of a cause.
-    generic = pl.col("attrs").str.json_path_match("$.error_type").eq("other").fill_null(False).alias("_generic")
+    # So is the NCCL source's fallback reading of a WARN it has no parser for (an nccl_error
+    # with neither an error_type nor a failed system call: "graph/topo.h:230 NCCL WARN Could
+    # not find NET with id 0").
+    etype = pl.col("attrs").str.json_path_match("$.error_type")
+    fallback_warn = (
+        (pl.col("source") == "nccl") & (pl.col("kind") == Kind.NCCL_ERROR.value)
+        & etype.is_null() & pl.col("attrs").str.json_path_match("$.call").is_null()
+    )
+    generic = (etype.eq("other").fill_null(False) | fallback_warn.fill_null(False)).alias("_generic")
     other = ev.select("source", "file", "line", "kind", "attrs").filter(
         ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())
     ).with_columns(generic).drop("source", "attrs")

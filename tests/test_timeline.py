@@ -392,3 +392,17 @@ def test_a_catalog_cause_in_a_net_plugin_warn_the_nccl_source_reads_generically_
     assert sorted(_tl([nccl("other"), cat]).events["source"].cast(pl.String).to_list()) == ["catalog", "nccl"]
     # a line the source parsed itself (an IB completion with its status) keeps only the source's event
     assert _tl([nccl("completion"), cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
+
+
+def test_a_catalog_cause_in_a_warn_the_nccl_source_has_no_parser_for_stays() -> None:
+    # NCCL graph/topo.h ncclTopoIdToNetDev's WARN: the NCCL source's fallback reads it as an
+    # nccl_error with no error_type and no failed call; the catalog's cause stays beside it
+    msg = "Could not find NET with id 0"
+    base = dict(kind="nccl_error", source="nccl", host="node07", file="log.txt", line=3, message=msg)
+    cat = make_event(kind="nccl_error", source="catalog", host=None, file="log.txt", line=3, message=msg,
+                     attrs={"catalog": "nccl", "name": "nccl_topo_net_id_not_found", "cause": "software_error", "role": "cause"})
+    warn = make_event(**base, attrs={"file": "graph/topo.h", "line_in_src": 230})
+    assert sorted(_tl([warn, cat]).events["source"].cast(pl.String).to_list()) == ["catalog", "nccl"]
+    # a WARN the source read as a failed system call keeps only the source's event
+    call = make_event(**base, attrs={"call": "ibv_modify_qp", "errno_text": "Invalid argument"})
+    assert _tl([call, cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
