@@ -488,3 +488,43 @@ def test_part_m_fabric_completion_and_signal_report_texts(tmp_path: Path, name: 
     assert report.cause == cause
     if node is not None:
         assert report.implicated.nodes == [node]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause", "node"),
+    [
+        # ROCr's VM fault report under torchrun's '[rankN]:' prefix, with the amdgpu kernel line in a dmesg
+        ("rank3.log", "[rank3]: Memory access fault by GPU node-9 (Agent handle: 0x5611d2c3e4f0) on address 0x7f0a11200000. "
+         "Reason: Page not present or supervisor privilege.\n", "software_error", None),
+        ("dmesg.txt", "[812345.112233] amdgpu 0000:c1:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:40 vmid:1 "
+         "pasid:32770, for process python pid 4411 thread python pid 4411)\n", "unknown", None),
+        # ... with an ECC reason it is the GPU's memory
+        ("rank3.log", "[rank3]: Memory access fault by GPU node-9 (Agent handle: 0x5611d2c3e4f0) on address 0x7f0a11200000. "
+         "Reason: DRAM ECC failure.\n", "gpu_hardware", None),
+        # the HIP runtime's queue abort behind an srun --label prefix
+        ("job.err", "3: :0:rocdevice.cpp            :3020: 2611850318 us: [pid:88123 tid:0x7fa1d3fff640] Callback: Queue "
+         "0x7fa02c200000 aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory "
+         "beyond the largest legal address. code: 0x29\n", "software_error", None),
+        # NCCL's topology lookup of its own net device, with the full WARN prefix
+        ("nccl.log", "gpu-r12:2211:2290 [5] graph/topo.h:269 NCCL WARN Could not find NET with id 3\n", "software_error", None),
+        # pyxis in a slurmd.log (Slurm 23+ stamps with the step id), and enroot's runtime path in pyxis's log dump
+        ("slurmd.log", "[2024-05-02T08:11:42.310] [4411.0] error: pyxis: couldn't mkdir /run/pyxis/4242: Permission denied\n",
+         "software_error", None),
+        ("slurm-4411.out", "slurmstepd: error: pyxis: printing contents of log file ...\n"
+         "slurmstepd: error: pyxis:     mkdir: cannot create directory '/run/user/4242': Permission denied\n", "software_error", None),
+        # Moab's hard memory limit in a Torque job mail; the exec host is the job's node
+        ("job.mail", "PBS Job Id: 88123.sched01\nJob Name:   train\nExec host:  gpu-3-7/0-7\njob deleted\n"
+         "job 88123 exceeded JOBMEM usage hard limit (65012 > 64000)\n", "oom", "gpu-3-7"),
+        # ... the soft limit is a warning
+        ("job.mail", "job 88123 exceeded MEM usage soft limit\n", "unknown", None),
+    ],
+)
+def test_part_o_rocm_nccl_topology_pyxis_and_moab_texts(tmp_path: Path, name: str, text: str, cause: str, node: str | None) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause, (report.cause, report.confidence, [e.rule for e in report.evidence])
+    assert report.confidence < 0.8 or cause == "unknown"
+    if node is not None:
+        assert report.implicated.nodes == [node]
