@@ -528,3 +528,47 @@ def test_part_o_rocm_nccl_topology_pyxis_and_moab_texts(tmp_path: Path, name: st
     assert report.confidence < 0.8 or cause == "unknown"
     if node is not None:
         assert report.implicated.nodes == [node]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause", "nodes"),
+    [
+        # sinfo's partition row: a node the controller lost ('*' = not responding), in a job's stderr copy
+        ("slurm-4711.err", "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+         "gpu          up 2-00:00:00      1  down* gpu-a07\n"
+         "gpu          up 2-00:00:00      3  alloc gpu-a[04-06]\n", "node_failure", ["gpu-a07"]),
+        # sinfo -N -l behind grep -r's path prefix; an idle node is nothing
+        ("nodes.txt", "notes/sinfo.txt:gpu-b11      1     gpu*       idle*   64   2:32:1 515000        0      1   (null) Not responding\n"
+         "notes/sinfo.txt:gpu-b12      1     gpu*        idle   64   2:32:1 515000        0      1   (null) none\n",
+         "node_failure", ["gpu-b11"]),
+        # the node lifecycle controller's condition as kubectl describe node prints it (no node in the row)
+        ("describe-node.txt", "Conditions:\n  Type             Status    LastHeartbeatTime                 LastTransitionTime"
+         "                Reason              Message\n  ----             ------    -----------------                 ------------------"
+         "                ------              -------\n  Ready            Unknown   Tue, 03 Mar 2026 10:14:07 +0000   Tue, 03 Mar 2026 "
+         "10:15:12 +0000   NodeStatusUnknown   Kubelet stopped posting node status.\n", "node_failure", []),
+        # kubectl get nodes (ROLES column, cordoned) behind a pod-log stamp
+        ("kubectl.log", "2026-03-03T10:20:01.000Z stdout F gpu-node-3   NotReady,SchedulingDisabled   worker   12d   v1.29.4\n"
+         "2026-03-03T10:20:01.000Z stdout F gpu-node-4   Ready                         worker   12d   v1.29.4\n",
+         "node_failure", ["gpu-node-3"]),
+        # HTCondor's event 024 for a partitionable slot
+        ("job.log", "024 (12116473.013.000) 05/13 01:11:20 Job reconnection failed\n    Job not found at execution machine\n"
+         "    Can not reconnect to slot1_1@exec-17.example.org, rescheduling job\n...\n", "node_failure", ["exec-17"]),
+        # HTCondor's XML event log: an eviction is context (the record does not say why), a job terminated is nothing
+        ("job.xml", "<c>\n    <a n=\"MyType\"><s>JobEvictedEvent</s></a>\n    <a n=\"EventTypeNumber\"><i>4</i></a>\n</c>\n", "unknown", None),
+        # Nextflow's exit status 140 under its Slurm executor: time-limit context only
+        ("nextflow.log", "Error executing process > 'ALIGN (sample_7)'\n\nCaused by:\n"
+         "  Process `ALIGN (sample_7)` terminated with an error exit status (140)\n", "unknown", None),
+    ],
+)
+def test_part_n_node_state_tables_and_batch_event_logs(tmp_path: Path, name: str, text: str, cause: str,
+                                                        nodes: list[str] | None) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause, (report.cause, report.confidence, [e.rule for e in report.evidence])
+    assert report.confidence < 0.8
+    if nodes is not None:
+        assert [n.split(".")[0] for n in report.implicated.nodes] == nodes
+    if cause == "unknown":  # the context is read (a failure with only context is 0.3, nothing read is 0.0)
+        assert report.confidence > 0
