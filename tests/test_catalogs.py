@@ -555,6 +555,11 @@ def test_part_o_rocm_nccl_topology_pyxis_and_moab_texts(tmp_path: Path, name: st
          "    Can not reconnect to slot1_1@exec-17.example.org, rescheduling job\n...\n", "node_failure", ["exec-17"]),
         # HTCondor's XML event log: an eviction is context (the record does not say why), a job terminated is nothing
         ("job.xml", "<c>\n    <a n=\"MyType\"><s>JobEvictedEvent</s></a>\n    <a n=\"EventTypeNumber\"><i>4</i></a>\n</c>\n", "unknown", None),
+        # Kueue's eviction of a preempted workload as kubectl describe workload prints its condition
+        ("workload.txt", "  Conditions:\n    Last Transition Time:  2025-02-04T19:06:25Z\n"
+         "    Message:               Preempted to accommodate a workload (UID: 2daed6fd-11aa-4c2e-9b1f-5e63deb5a001, JobUID: "
+         "5e63deb5-22bb-4d3f-8c2e-2daed6fd0002) due to reclamation within the cohort; preemptor path: /gpu/cq-high; preemptee path: "
+         "/gpu/cq-low\n    Reason:                Preempted\n    Type:                  Evicted\n", "preemption", None),
         # Nextflow's exit status 140 under its Slurm executor: time-limit context only
         ("nextflow.log", "Error executing process > 'ALIGN (sample_7)'\n\nCaused by:\n"
          "  Process `ALIGN (sample_7)` terminated with an error exit status (140)\n", "unknown", None),
