@@ -577,3 +577,55 @@ def test_part_n_node_state_tables_and_batch_event_logs(tmp_path: Path, name: str
         assert [n.split(".")[0] for n in report.implicated.nodes] == nodes
     if cause == "unknown":  # the context is read (a failure with only context is 0.3, nothing read is 0.0)
         assert report.confidence > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause", "node"),
+    [
+        # Slurm's node reason with scontrol's "[user@time]" note but no "Reason=" (a ticket quoting it)
+        ("ticket.txt", "Node: gpu-b07\nAnything Else: Not responding [slurm@2026-03-02T02:00:55]\n", "node_failure", None),
+        # ... and sinfo -R's row: the node is the last column
+        ("sinfo-R.txt", "REASON               USER      TIMESTAMP           NODELIST\n"
+         "Not responding       slurm     2026-03-02T02:00:55 gpu-b07\n", "node_failure", "gpu-b07"),
+        # libnvidia-container's NVML init failure inside the OCI runtime's hook error
+        ("ci.log", "docker: Error response from daemon: OCI runtime create failed: container_linux.go:380: starting container "
+         "process caused: process_linux.go:545: container init caused: Running hook #0:: error running hook: exit status 1, "
+         "stdout: , stderr: nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown.\n",
+         "driver_drift", None),
+        # ... a different NVML init error is not the version mismatch
+        ("ci.log", "stderr: nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.\n", "unknown", None),
+        # Slurm's gpu/nvml plugin finding the GPU gone
+        ("slurm-91.err", "slurmstepd: error: NVML: Failed to get usage(15): GPU is lost\n", "gpu_hardware", None),
+        # NCCL's bootstrap receiving more than it posted (srun -l label)
+        ("train.log", "3: gpu-c11:5120:5301 [1] bootstrap.cc:77 NCCL WARN Message truncated : received 1024 bytes instead of 256\n"
+         "3: gpu-c11:5120:5301 [1] NCCL INFO bootstrap.cc:554 -> 3\n", "software_error", None),
+        # Ray's raylet aborting on a RAY_CHECK
+        ("raylet.out", "[2025-03-02 10:14:07,123 C 4411 4460] (raylet) node_manager.cc:1722:  Check failed: worker != nullptr \n"
+         "[2025-03-02 10:14:07,124 E 4411 4460] logging.cc:108: Stack trace: \n", "software_error", None),
+        # TensorFlow's POSIX file system closing a file on a FUSE mount that went away
+        ("train.log", "2026-03-02 10:14:07.645844: E tensorflow/core/platform/default/posix_file_system.cc:56] close() failed: "
+         "Transport endpoint is not connected\n", "storage_stall", None),
+        # Lightning's checkpoint write failing with ENOTCONN (no path): the FUSE mount under the checkpoint
+        ("train.log", "Traceback (most recent call last):\n"
+         "  File \"/opt/conda/lib/python3.11/site-packages/lightning/fabric/utilities/cloud_io.py\", line 89, in _atomic_save\n"
+         "    f.write(bytesbuffer.getvalue())\n"
+         "OSError: [Errno 107] Transport endpoint is not connected\n", "storage_stall", None),
+        # ... the same error from a socket call is neither storage nor a bug (a socket not connected)
+        ("train.log", "Traceback (most recent call last):\n"
+         "  File \"/opt/conda/lib/python3.11/socket.py\", line 501, in shutdown\n"
+         "OSError: [Errno 107] Transport endpoint is not connected\n", "unknown", None),
+        # SkyPilot 0.1's spot controller
+        ("controller.log", "(train-spot pid=8812) I 06-01 03:12:09 controller.py:100] The cluster is preempted.\n"
+         "(train-spot pid=8812) I 06-01 03:12:09 spot_state.py:99] === Recovering... ===\n", "preemption", None),
+    ],
+)
+def test_part_p_node_reasons_nvml_clients_nccl_truncation_ray_check_and_fuse_texts(
+        tmp_path: Path, name: str, text: str, cause: str, node: str | None) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause, (report.cause, report.confidence, [e.rule for e in report.evidence])
+    assert report.confidence < 0.8
+    if node is not None:
+        assert report.implicated.nodes == [node]
