@@ -14,6 +14,7 @@ import regex
 
 from crashscope.simulate import CAUSES, CONFOUNDER_NAMES, LAYOUTS, simulate
 from crashscope.simulate.corpus import generate_corpus
+from crashscope.simulate.layout import Router
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "jobs"
@@ -132,6 +133,33 @@ def test_layout_files(tmp_path: Path) -> None:
             text = (d / f"slurm-{t['job']['id']}.out").read_text()
             assert regex.search(r"(?m)^1: \[default1\]:", text)
             assert "nodes/node001/gpu-telemetry.csv" in names
+
+
+def _owner_by_scan(router: Router, path: str) -> int | None:
+    """The plain reference for Router.owner: every host tried in order."""
+    for n, h in enumerate(router.hosts):
+        if path.startswith((f"{h}/", f"nodes/{h}/", f"nccl/nccl.{h}.")) or path == f"logs/torchrun.{h}.log":
+            return n
+    if path.startswith("logs/rank"):
+        return int(path[len("logs/rank"):-4]) // router.gpus_per_node
+    return None
+
+
+def test_owner_lookup_matches_the_host_scan(tmp_path: Path) -> None:
+    for layout in LAYOUTS:
+        d = tmp_path / layout
+        simulate(d, cause="node_failure", nodes=3, gpus_per_node=2, seed=2, layout=layout, confounders=[])
+        hosts = ["node001", "node002", "node003"]
+        router = Router(layout, "1", hosts, 2)
+        paths = sorted(files_of(d))
+        assert any(_owner_by_scan(router, p) is not None for p in paths)
+        for path in paths:
+            assert router.owner(path) == _owner_by_scan(router, path), path
+    # names where two hosts could match one path: the first host in order wins, as in the scan
+    router = Router("nccl_debug_file", "1", ["n.1", "n", "nodes", "a"], 8)
+    for path in ("nccl/nccl.n.1.77.log", "nccl/nccl.n.5.log", "nodes/a/x", "nodes/n/x", "logs/torchrun.n.1.log",
+                 "logs/rank17.log", "slurm/slurmctld.log", "a", "nodes/", "nccl/nccl.zz.1.log"):
+        assert router.owner(path) == _owner_by_scan(router, path), path
 
 
 # -- confounders --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ slurmctld.log) exist in every layout.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -104,14 +105,47 @@ class Router:
         raise ValueError(stream)
 
     def owner(self, path: str) -> int | None:
-        """Node index whose death cuts this file, or None for shared files."""
-        for n, h in enumerate(self.hosts):
-            if path.startswith(f"{h}/") or path.startswith(f"nodes/{h}/") or path.startswith(f"nccl/nccl.{h}.") or path == f"logs/torchrun.{h}.log":
-                return n
+        """Node index whose death cuts this file, or None for shared files.
+
+        The host is read out of the path and looked up (``host_index``): a scan of every
+        host per file made writing a 2,048-node job quadratic (``{h}/``, ``nodes/{h}/``,
+        ``nccl/nccl.{h}.``, ``logs/torchrun.{h}.log``; the first host in order wins, as
+        before, should two of them match one path)."""
+        index = self.host_index
+        found: list[int] = []
+        head, sep, rest = path.partition("/")
+        if sep:
+            if head in index:  # {h}/...
+                found.append(index[head])
+            if head == "nodes":  # nodes/{h}/...
+                h, sep2, _ = rest.partition("/")
+                if sep2 and h in index:
+                    found.append(index[h])
+        if path.startswith("nccl/nccl."):  # nccl/nccl.{h}.{pid}.log: any prefix of the rest ending before a dot
+            rest = path[len("nccl/nccl."):]
+            dot = rest.find(".")
+            while dot >= 0:
+                if rest[:dot] in index:
+                    found.append(index[rest[:dot]])
+                dot = rest.find(".", dot + 1)
+        if path.startswith("logs/torchrun.") and path.endswith(".log"):
+            h = path[len("logs/torchrun."):-4]
+            if h in index:
+                found.append(index[h])
+        if found:
+            return min(found)
         if path.startswith("logs/rank"):
             r = int(path[len("logs/rank"):-4])
             return r // self.gpus_per_node
         return None
+
+    @functools.cached_property
+    def host_index(self) -> dict[str, int]:
+        """Host name -> node index (the first one, should a name repeat)."""
+        index: dict[str, int] = {}
+        for n, h in enumerate(self.hosts):
+            index.setdefault(h, n)
+        return index
 
 
 class Sink:
