@@ -27,7 +27,7 @@ import polars as pl
 from crashscope.analyses import checkpoint_io, nccl_env
 from crashscope.engine.model import Evidence, Finding
 from crashscope.report.model import EventRef, Report
-from crashscope.schema import Kind
+from crashscope.schema import Kind, one_of
 from crashscope.timeline import attrs_of, iso
 
 LAYERS: tuple[tuple[str, str], ...] = (
@@ -310,7 +310,7 @@ class _Ctx:
                 states.append(str(v).split()[0].upper())
         bad_state = [x for x in states if x in ("PREEMPTED", "REQUEUED", "TIMEOUT", "NODE_FAIL", "CANCELLED", "DEADLINE", "BOOT_FAIL")]
         acted = []
-        for r in self._of((Kind.JOB_CANCEL.value, Kind.NODE_STATE.value)).filter(pl.col("source").cast(pl.String).is_in(["slurm", "sacct"])).iter_rows(named=True):
+        for r in self._of((Kind.JOB_CANCEL.value, Kind.NODE_STATE.value)).filter(one_of("source", ["slurm", "sacct"])).iter_rows(named=True):
             a = attrs_of(r["attrs"])
             if r["kind"] == Kind.NODE_STATE.value or a.get("entity") == "job" or a.get("reason") not in (None, "FAILED", "CANCELLED"):
                 acted.append(r)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import pkgutil
 from enum import Enum
+from typing import Iterable
 
 import polars as pl
 
@@ -172,6 +173,19 @@ _EVENT_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = (
     }
 )
 EVENT_SCHEMA = pl.Schema(_EVENT_COLUMNS)
+
+
+def one_of(col: str, values: Iterable[str | Enum]) -> pl.Expr:
+    """``col``, one of the schema's Enum columns (``kind``, ``source``, ``severity``,
+    ``time_quality``), is one of ``values``: compared as Enum values, not cast to strings
+    row by row (a cast of the 699k rows of a 16,384-rank job cost ~15-25 ms a test, the
+    compare ~0.5 ms). A value the Enum does not know matches nothing and a null stays
+    null, as with the cast; a column that is still plain strings is compared the same."""
+    dtype = EVENT_SCHEMA[col]
+    assert isinstance(dtype, pl.Enum), col
+    known = set(dtype.categories.to_list())
+    wanted = [v.value if isinstance(v, Enum) else v for v in values]  # (a str Enum member hashes by its name)
+    return pl.col(col).is_in(pl.Series([v for v in wanted if v in known], dtype=dtype).implode())
 
 
 def empty_events() -> pl.DataFrame:

@@ -32,7 +32,7 @@ import polars as pl
 
 from crashscope.engine.model import Finding
 from crashscope.report.model import CoOccurring, EventRef, EventRow, EvidenceItem, Implicated
-from crashscope.schema import CAUSE_TITLES, CAUSES, Kind
+from crashscope.schema import CAUSE_TITLES, CAUSES, Kind, one_of
 from crashscope.timeline import Timeline, iso
 
 log = logging.getLogger(__name__)
@@ -451,7 +451,7 @@ def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
         # Slurm says COMPLETED: a logged traceback, a stray Xid or a transient NCCL warning
         # does not undo that; only hard failure signals do.
         kinds = {Kind.COLLECTIVE_TIMEOUT.value, Kind.CUDA_OOM.value, Kind.HOST_OOM.value, Kind.JOB_CANCEL.value, Kind.ROOT_CAUSE_REPORT.value}
-    bad = ev.filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("severity").cast(pl.String).is_in(["error", "critical"]))
+    bad = ev.filter(one_of("kind", kinds) & one_of("severity", ["error", "critical"]))
     if bad.height:
         return True
     exits = ev.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)

@@ -29,7 +29,7 @@ import polars as pl
 import regex
 
 from crashscope.engine.model import Evidence, Finding
-from crashscope.schema import Kind
+from crashscope.schema import Kind, one_of
 
 RULE_ID = "checkpoint-io"
 WEIGHT = 0.3
@@ -188,7 +188,7 @@ def _storage_around(events: pl.DataFrame, start: int | None, end: int | None) ->
         return []
     lo = start - int(STORAGE_AROUND_S * 1e9)
     hi = (end if end is not None else (_last_time(events) or start)) + int(STORAGE_AROUND_S * 1e9)
-    st = events.filter(pl.col("kind").cast(pl.String).is_in(STORAGE_KINDS) & pl.col("time").is_not_null())
+    st = events.filter(one_of("kind", STORAGE_KINDS) & pl.col("time").is_not_null())
     rows = [r for r in st.iter_rows(named=True) if lo <= _ns(r["time"]) <= hi]  # type: ignore[operator]
     return [_ev(r) for r in rows[:4]]
 

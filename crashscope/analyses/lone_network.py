@@ -22,7 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
-from crashscope.schema import Kind
+from crashscope.schema import Kind, one_of
 from crashscope.timeline import _ns, attrs_of
 
 RULE_ID = "lone-network-reset"
@@ -47,17 +47,16 @@ DEATH_CODES = {9, 15, 137, 143, -9, -15, 134, -6, 139, -11}
 def lone_network_reset(ev: pl.DataFrame, world: int | None) -> list[Finding]:
     if ev.height == 0:
         return []
-    bad = pl.col("severity").cast(pl.String).is_in(["warning", "error", "critical"])
-    kind = pl.col("kind").cast(pl.String)
-    resets = ev.filter(kind.is_in(CARRIER_KINDS) & bad & pl.col("message").str.contains(RESET_RX))
+    bad = one_of("severity", ["warning", "error", "critical"])
+    resets = ev.filter(one_of("kind", CARRIER_KINDS) & bad & pl.col("message").str.contains(RESET_RX))
     if resets.height == 0:
         return []
-    if ev.filter(kind.is_in([k.value for k in STORY_KINDS]) & bad).height:
+    if ev.filter(one_of("kind", STORY_KINDS) & bad).height:
         return []
-    if ev.filter(kind.is_in(CARRIER_KINDS) & bad & pl.col("message").str.contains(PEER_GONE_RX)).height:
+    if ev.filter(one_of("kind", CARRIER_KINDS) & bad & pl.col("message").str.contains(PEER_GONE_RX)).height:
         return []
     other_exc = ev.filter(
-        (kind == Kind.EXCEPTION.value) & ~pl.col("message").str.contains(RESET_RX) & ~pl.col("message").str.contains(WRAPPER_RX)
+        (pl.col("kind") == Kind.EXCEPTION.value) & ~pl.col("message").str.contains(RESET_RX) & ~pl.col("message").str.contains(WRAPPER_RX)
     )
     if other_exc.height:
         return []
@@ -107,7 +106,7 @@ def _no_deaths(ev: pl.DataFrame) -> bool:
     """No exit by a signal (or 128+signal), no root-cause entry with a signal, no job end
     state other than a plain FAILED."""
     kinds = [Kind.PROCESS_EXIT.value, Kind.ROOT_CAUSE_REPORT.value, Kind.JOB_STATE.value]
-    for a in ev.filter(pl.col("kind").cast(pl.String).is_in(kinds))["attrs"].drop_nulls().to_list()[:100_000]:
+    for a in ev.filter(one_of("kind", kinds))["attrs"].drop_nulls().to_list()[:100_000]:
         d = attrs_of(a)
         if d.get("signal"):
             return False

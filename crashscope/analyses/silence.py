@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
-from crashscope.schema import Kind
+from crashscope.schema import Kind, one_of
 from crashscope.timeline import attrs_of, under_torchrun
 
 RULE_ID = "silent-ranks"
@@ -57,10 +57,10 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
     if ev.height == 0:
         return []
     own = ev.filter(
-        ~pl.col("kind").cast(pl.String).is_in(NOT_OWN_KINDS) & ~pl.col("source").cast(pl.String).is_in(NOT_OWN_SOURCES)
+        ~one_of("kind", NOT_OWN_KINDS) & ~one_of("source", NOT_OWN_SOURCES)
     )
-    bad = own.filter(pl.col("severity").cast(pl.String).is_in(BAD))
-    loss = bad.filter(pl.col("kind").cast(pl.String).is_in(PEER_LOSS_KINDS))
+    bad = own.filter(one_of("severity", BAD))
+    loss = bad.filter(one_of("kind", PEER_LOSS_KINDS))
     if loss.height == 0:
         return []
     seen = set(int(r) for r in own["rank"].unique().to_list()) | _exited_ranks(events)
@@ -331,7 +331,7 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
         if own is not None:
             # where the suspect stopped: its last line before the waits gave up (the data stopped after it)
             t_loss = loss["time"].drop_nulls().min()
-            calm = own.filter(~pl.col("severity").cast(pl.String).is_in(BAD) & (pl.col("time") < t_loss))
+            calm = own.filter(~one_of("severity", BAD) & (pl.col("time") < t_loss))
             last = _last_own_event(calm, [recv_r]).get(recv_r)
             if last is not None and last["_t"] is not None and last["_t"] < rows[0]["_t"]:
                 rows.insert(0, last)
@@ -573,9 +573,9 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     (the kernel's OOM killer, an admin, the node going away). An OOM line, when collected,
     outweighs this and says why."""
     own_bad = events.filter(
-        pl.col("severity").cast(pl.String).is_in(BAD)
-        & ~pl.col("kind").cast(pl.String).is_in(NOT_OWN_KINDS)
-        & ~pl.col("source").cast(pl.String).is_in(NOT_OWN_SOURCES)
+        one_of("severity", BAD)
+        & ~one_of("kind", NOT_OWN_KINDS)
+        & ~one_of("source", NOT_OWN_SOURCES)
         & (pl.col("kind") != Kind.LOG_ERROR.value)
     )
     exits = events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value).sort(["time", "file", "line"], nulls_last=True)
@@ -652,20 +652,20 @@ def silent_agent(events: pl.DataFrame, world: int | None) -> list[Finding]:
     agent prints the same. A console with torchrun's start banner and then nothing of the
     kind, while another's ranks report losing peers, is the node that stopped. A clean run
     prints nothing at its end either, so the trigger is the others' peer loss, not the quiet."""
-    kind = pl.col("kind").cast(pl.String)
+    kind = pl.col("kind")
     starts = events.filter((kind == Kind.JOB_STEP.value) & pl.col("attrs").str.contains('"launcher_start"', literal=True))
     files = starts.get_column("file").drop_nulls().unique().to_list()
     if len(files) < 2 or events.filter(kind == Kind.JOB_CANCEL.value).height:
         return []
-    bad = pl.col("severity").cast(pl.String).is_in(BAD)
-    loss = events.filter(kind.is_in(PEER_LOSS_KINDS) & bad & pl.col("file").is_in(files)).sort("time", "file", "line", nulls_last=True)
+    bad = one_of("severity", BAD)
+    loss = events.filter(one_of("kind", PEER_LOSS_KINDS) & bad & pl.col("file").is_in(files)).sort("time", "file", "line", nulls_last=True)
     if loss.height == 0:
         return []
     t_loss = loss.get_column("time").drop_nulls().min()
     silent: list[dict[str, Any]] = []
     for f in sorted(files):
         own = events.filter(pl.col("file") == f)
-        if own.filter(kind.is_in(AGENT_END_KINDS) | bad).height:
+        if own.filter(one_of("kind", AGENT_END_KINDS) | bad).height:
             continue
         last = own.filter(pl.col("time").is_not_null()).sort("time", "line").tail(1).to_dicts()
         if not last or (t_loss is not None and last[0]["time"] >= t_loss):

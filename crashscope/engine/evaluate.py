@@ -34,6 +34,7 @@ import regex
 
 from crashscope.engine import condition as cond
 from crashscope.engine.model import AttrTest, Evidence, Finding, Rule, Selection, Window
+from crashscope.schema import one_of
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +212,11 @@ def _equals(raw: pl.Expr, v: Any) -> pl.Expr:
 def selection_expr(sel: Selection) -> pl.Expr:
     e = pl.lit(True)
     if sel.kinds:
-        e = e & pl.col("kind").cast(pl.String).is_in(list(sel.kinds))
+        e = e & one_of("kind", sel.kinds)
     if sel.sources:
-        e = e & pl.col("source").cast(pl.String).is_in(list(sel.sources))
+        e = e & one_of("source", sel.sources)
     if sel.severity:
-        e = e & pl.col("severity").cast(pl.String).is_in(list(sel.severity))
+        e = e & one_of("severity", sel.severity)
     for t in sel.attrs:
         e = e & _attr_expr(t)
     if sel.message_re:
