@@ -15,7 +15,7 @@ from crashscope.engine.docs import render_rules_md
 from crashscope.engine.evaluate import evaluate_rule
 from crashscope.engine.load import REPO_ROOT, RuleError
 from crashscope.engine.validate import check
-from crashscope.schema import EVENT_SCHEMA
+from crashscope.schema import EVENT_SCHEMA, KINDS, SEVERITIES, SOURCE_NAMES, Kind, one_of
 from factories import SEC, T0, make_event, make_events
 
 BASE = """\
@@ -441,3 +441,24 @@ def test_drift_precheck_agrees_with_drift(job: str) -> None:
             assert ev_mod._may_drift(frame_, rule.differs_across_hosts, group_by) == want, (group_by, want)
             seen.add(want)
     assert True in seen
+
+
+@pytest.mark.parametrize("col,values", [
+    ("kind", [Kind.COMM_INIT, "exception", "no_such_kind"]),
+    ("kind", []),
+    ("source", ["nccl", "slurm", "catalog", "nope"]),
+    ("severity", ["error", "critical"]),
+])
+def test_one_of_is_the_string_cast_is_in(col: str, values: list) -> None:
+    """schema.one_of (an Enum compare) selects what the row-by-row string cast did: unknown
+    values match nothing, nulls stay null, a column still of plain strings alike."""
+    vocab = {"kind": KINDS, "source": SOURCE_NAMES, "severity": SEVERITIES}[col]
+    cells = [*vocab, None, *vocab[:3]]
+    enum_frame = pl.DataFrame({col: pl.Series(cells, dtype=EVENT_SCHEMA[col])})
+    plain = [v.value if isinstance(v, Kind) else v for v in values]
+    want = enum_frame.select(pl.col(col).cast(pl.String).is_in(plain)).to_series().to_list()
+    assert any(want) or not [v for v in plain if v in vocab]
+    assert enum_frame.select(one_of(col, values)).to_series().to_list() == want
+    assert enum_frame.select(~one_of(col, values)).to_series().to_list() == [None if w is None else not w for w in want]
+    strings = enum_frame.with_columns(pl.col(col).cast(pl.String))
+    assert strings.select(one_of(col, values)).to_series().to_list() == want
