@@ -34,6 +34,8 @@ def check(d: Path) -> list[str]:
     if bad:
         return bad
     t = json.loads((d / "truth.json").read_text())
+    if t.get("program") == "train_other.py":
+        return check_other(d, t)
     world = int(t.get("world_size") or 4)  # round 4 varies it (run.py world=3, 6)
     bad = [f"missing logs/rank{r}.log" for r in range(world) if not (d / f"logs/rank{r}.log").is_file()]
     if bad:
@@ -149,6 +151,71 @@ def check(d: Path) -> list[str]:
     elif k == "completed":
         if state != "COMPLETED" or not all("training finished" in logs[r] for r in range(world)):
             bad.append("did not complete on every rank")
+    return bad
+
+
+def check_other(d: Path, t: dict) -> list[str]:
+    """Round 9's program (train_other.py): no rank logs, only rank 0 prints; a rank's own words are its
+    per-task output file (srun -o slurm-%j-%t.out) or the lines torch's excepthook prefixed `[rankN]:`."""
+    bad: list[str] = []
+    outs = sorted(d.glob("slurm-*.out"))
+    if not outs:
+        return ["missing slurm-*.out"]
+    so = "".join(p.read_text(errors="replace") for p in outs)
+    world = int(t.get("world_size") or 4)
+
+    def words(r: int) -> str:
+        own = d / f"slurm-{t['job_id']}-{r}.out"
+        text = own.read_text(errors="replace") if own.is_file() and "per task" in t.get("output", "") \
+            and t["launcher"] == "srun" else ""
+        return text + "".join(ln + "\n" for ln in so.splitlines() if ln.startswith(f"[rank{r}]:"))
+
+    def died_of_exception(r: int) -> bool:
+        return "Traceback (most recent call last)" in words(r)
+
+    state = re.search(r"JobState=(\S+)", (d / "scontrol_show_job.txt").read_text())
+    state = state.group(1) if state else None
+    k, ranks = t["scenario"], t["culprit"]["ranks"]
+    peers = [r for r in range(world) if r not in ranks]
+    ff = t["first_failure"]
+    if t["cause"] not in CAUSES:
+        bad.append(f"cause {t['cause']} not in taxonomy")
+    if k != "completed" and not (ff and ff.get("time")):
+        bad.append("first_failure.time missing")
+    if ranks and ff and ff["rank"] not in ranks:
+        bad.append("first_failure.rank is not a culprit")
+    for r in ranks:
+        if t["rank_layout"].get(str(r)) not in t["culprit"]["nodes"]:
+            bad.append(f"rank {r} did not run on the culprit node")
+    if k in ("sigstop", "iptables", "ckpt_fifo") and not all(died_of_exception(r) for r in peers):
+        bad.append("not every peer died of an exception")
+    if k == "sigstop" and died_of_exception(ranks[0]):
+        bad.append("the stopped rank raised (it should have stayed stopped)")
+    elif k == "nodekill" and any(died_of_exception(r) for r in ranks):
+        bad.append("a killed rank raised")
+    elif k == "iptables" and ("iptables DROP" not in (t["fault"] or "") or "on the 0 TCP ports" in t["fault"]):
+        bad.append("no ports were dropped")
+    elif k == "ckpt_fifo":
+        if not re.search(r"^p\S+ .*out/ckpt\.pt$", (d / "ckpt_listing.txt").read_text(), re.M):
+            bad.append("no FIFO in the checkpoint listing")
+        if "saving checkpoint to out" not in so:
+            bad.append("rank 0 never began the blocked save")
+    elif k == "oom" and "prlimit" in (t["fault"] or ""):
+        if "can't allocate memory" not in words(ranks[0]):
+            bad.append("the address-space-limited rank reported no allocation failure")
+    elif k == "oom":
+        dm = (d / "dmesg.txt").read_text() if (d / "dmesg.txt").exists() else ""
+        pid = re.search(r"\(pid (\d+)\)", t["fault"]).group(1)
+        if not re.search(r"Killed process %s\b" % pid, dm):
+            bad.append("no OOM kill of the culprit's pid in dmesg")
+    elif k in ("scancel", "timelimit", "completed"):
+        want = {"scancel": "CANCELLED", "timelimit": "TIMEOUT", "completed": "COMPLETED"}[k]
+        if state != want:
+            bad.append(f"JobState {state}, expected {want}")
+        if k == "completed" and "Traceback" in so:
+            bad.append("a completed run printed a traceback")
+    elif k == "exception" and "IndexError: index out of range in self" not in words(ranks[0]):
+        bad.append("the culprit's IndexError is not in its output")
     return bad
 
 

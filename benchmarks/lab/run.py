@@ -34,6 +34,7 @@ JOBS = LAB / "jobs"
 PY = str(REPO / ".venv" / "bin" / "python")
 TORCHRUN = str(REPO / ".venv" / "bin" / "torchrun")
 TRAIN = str(HERE / "train.py")
+TRAIN_OTHER = str(HERE / "train_other.py")
 ENV = dict(os.environ, SLURM_CONF=str(SLURM_BASE / "etc" / "slurm.conf"))
 MEMCG_PARENT = None  # set in main(): our own memory cgroup (cgroup v1 here)
 CPUCG_PARENT = Path("/sys/fs/cgroup/cpu")
@@ -244,6 +245,32 @@ HELD_OUT_8 = {
                                         debug=None),
     "completed_info_srun": S("completed", "srun", "none", fmt="hf", iters=40, debug="INFO"),
 }
+# Ninth round: a second program (train_other.py, nanoGPT-style: only rank 0 prints, plain `print`, no
+# timestamps, no rank prefixes, DDP without TORCH_DISTRIBUTED_DEBUG), launched as users launch it: srun one
+# task per rank with per-task output files (`srun -o slurm-%j-%t.out`), or torchrun with the c10d
+# rendezvous (node ranks in join order, so which ranks run on which node is read from the processes).
+# end="echo": the batch script ends with `echo "END TIME: ..."` and so exits 0 whatever srun returned
+# (the job reads COMPLETED); end="rc": it exits with srun's code. kill=False: srun without -K.
+HELD_OUT_9 = {
+    "exception_rank2_other_srun": S("exception", "srun", "software_error", [2], at=14, prog="other", fmt="nanogpt",
+                                    end="echo", kill=False),
+    "exception_rank1_other_torchrun": S("exception", "torchrun", "software_error", [1], at=20, prog="other", fmt="nanogpt",
+                                        end="rc"),
+    "nodekill_n1_other_torchrun": S("nodekill", "torchrun", "node_failure", [], at=12, prog="other", fmt="nanogpt",
+                                    end="echo", node="n1"),
+    "sigstop_rank2_other_srun": S("sigstop", "srun", "node_failure", [2], at=16, prog="other", fmt="nanogpt", end="rc"),
+    "oom_cgroup_rank1_other_srun": S("oom", "srun", "oom", [1], at=8, prog="other", fmt="nanogpt", end="echo", kill=False),
+    "oom_ulimit_rank3_other_torchrun": S("oom", "torchrun", "oom", [3], at=9, prog="other", fmt="nanogpt", end="rc",
+                                         limit="ulimit", per_task=True),
+    "ckpt_fifo_other_torchrun": S("ckpt_fifo", "torchrun", "storage_stall", [0], at=10, prog="other", fmt="nanogpt",
+                                  end="echo", save=10),
+    "scancel_other_srun": S("scancel", "srun", "preemption", at=13, prog="other", fmt="nanogpt", end="rc"),
+    "timelimit_other_torchrun": S("timelimit", "torchrun", "time_limit", prog="other", fmt="nanogpt", end="echo",
+                                  iters=100000, save=50),
+    "completed_other_srun": S("completed", "srun", "none", prog="other", fmt="nanogpt", end="echo", kill=False, iters=40),
+    "iptables_rank1_other_srun": S("iptables", "srun", "fabric_timeout", [1], at=11, prog="other", fmt="nanogpt", end="rc",
+                                   kill=False),
+}
 HELD_OUT.update(HELD_OUT_2)
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
@@ -252,6 +279,7 @@ SCENARIOS.update(HELD_OUT_5)
 SCENARIOS.update(HELD_OUT_6)
 SCENARIOS.update(HELD_OUT_7)
 SCENARIOS.update(HELD_OUT_8)
+SCENARIOS.update(HELD_OUT_9)
 
 
 def world_of(sc) -> int:
@@ -291,7 +319,54 @@ def debug_of(sc) -> str | None:
     return "INFO" if sc.get("ddp") else "DETAIL"
 
 
+def is_other(sc) -> bool:
+    return sc.get("prog") == "other"
+
+
+def other_job_script(sid, sc, jobdir: Path) -> str:
+    """The batch script of a train_other.py run, as such scripts are written: no log-format or debug knobs,
+    output per task (`srun -o slurm-%j-%t.out`) or merged, and an ending that may hide srun's code."""
+    kind = sc["kind"]
+    args = [f"--max_iters {sc.get('iters', 60)}", f"--eval_interval {sc.get('save', 20)}", "--out_dir out",
+            f"--timeout {PG_TIMEOUT}"]
+    if kind == "exception":
+        args += ["--fault exception", f"--fault_rank {sc['ranks'][0]}", f"--fault_iter {sc['at']}"]
+    if kind == "oom":
+        args += ["--fault leak", f"--fault_rank {sc['ranks'][0]}", f"--fault_iter {sc['at']}", "--leak_mb 128"]
+    a = " ".join(args)
+    kflag = " --kill-on-bad-exit=1" if sc.get("kill", True) else ""
+    per_task = sc.get("per_task", sc["launcher"] == "srun")
+    oflag = " -o slurm-%j-%t.out" if per_task else ""
+    if sc["launcher"] == "srun":
+        tasks = "#SBATCH --ntasks-per-node=2"
+        launch = f"srun{kflag}{oflag} {PY} -u {TRAIN_OTHER} {a}"
+    else:
+        tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
+        launch = (f"srun{kflag}{oflag} {TORCHRUN} --nnodes 2 --nproc-per-node 2 --rdzv-id $SLURM_JOB_ID "
+                  f"--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:$MASTER_PORT {TRAIN_OTHER} {a}")
+    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
+    if sc.get("end", "rc") == "echo":
+        tail = f'{launch}\n\necho "END TIME: $(date)"\n'
+    else:
+        tail = f'{launch}\nrc=$?\necho "END TIME: $(date) (exit $rc)"\nexit $rc\n'
+    return f"""#!/bin/bash
+#SBATCH --job-name=nanogpt
+#SBATCH --nodes=2
+{tasks}
+#SBATCH --partition=low
+#SBATCH --output=slurm-%j.out
+#SBATCH --chdir={jobdir}
+{extra}
+echo "START TIME: $(date)"
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
+export OMP_NUM_THREADS=1
+{tail}"""
+
+
 def job_script(sid, sc, jobdir: Path) -> str:
+    if is_other(sc):
+        return other_job_script(sid, sc, jobdir)
     args = [f"--iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}",
             f"--log-format {sc['fmt']}", f"--timeout {PG_TIMEOUT}", "--save ckpt", "--logdir logs"]
     kind = sc["kind"]
@@ -386,7 +461,50 @@ def progress_count(text) -> int:
     return max(last, n_hf)
 
 
+# train_other.py logs no pids: the lab finds each rank's process itself (the job id in its environment;
+# RANK under torchrun -- the agent has none -- or SLURM_PROCID under srun), remembering them for the truth.
+OTHER_PIDS: dict[str, dict] = {}  # str(jobdir) -> {"jid", "launcher", "ranks": {rank: (pid, node)}}
+
+
+def scan_other_ranks(jobdir) -> None:
+    st = OTHER_PIDS[str(jobdir)]
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            if not any(c.endswith(b"train_other.py") for c in cmd) or any(c.endswith(b"torchrun") for c in cmd):
+                continue
+            env = dict(kv.split(b"=", 1) for kv in (d / "environ").read_bytes().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID", b"").decode() != st["jid"]:
+            continue
+        rk = env.get(b"RANK") if st["launcher"] == "torchrun" else env.get(b"SLURM_PROCID")
+        if rk is None:
+            continue
+        st["ranks"].setdefault(int(rk), (int(d.name), env.get(b"SLURMD_NODENAME", b"").decode() or None))
+
+
+def other_iters(jobdir) -> int:
+    """Iterations done, from rank 0's nanoGPT `iter N:` lines in any of the job's output files (+1: from 0)."""
+    last = -1
+    for f in Path(jobdir).glob("*.out"):
+        for m in re.finditer(r"^iter (\d+): loss", f.read_text(errors="replace"), re.M):
+            last = max(last, int(m.group(1)))
+    return last + 1
+
+
+def other_output(jobdir) -> str:
+    return "".join(f.read_text(errors="replace") for f in sorted(Path(jobdir).glob("*.out")))
+
+
 def rank_pid(jobdir, r, after: float = 0.0):
+    if str(jobdir) in OTHER_PIDS:
+        st = OTHER_PIDS[str(jobdir)]
+        if r not in st["ranks"]:
+            scan_other_ranks(jobdir)
+        return st["ranks"].get(r, (None, None))
     m = None
     for m in re.finditer(r"started pid=(\d+) node=(\S+)", rank_log(jobdir, r)):
         pass
@@ -406,6 +524,8 @@ def wait_for(pred, timeout, step=0.1):
 
 
 def wait_progress(jobdir, r, n, timeout=180):
+    if str(jobdir) in OTHER_PIDS:  # only rank 0 prints; the steps are synchronous
+        return wait_for(lambda: other_iters(jobdir) > n, timeout, 0.05)  # its `iter n:` line
     return wait_for(lambda: progress_count(rank_log(jobdir, r)) >= n, timeout, 0.05)
 
 
@@ -518,13 +638,44 @@ def agent_pid_of(pid) -> int | None:
 
 
 # ---------------------------------------------------------------- one scenario
+class OutputWatch:
+    """The lab's clock on lines of a program that stamps none: polls the job's output files and keeps the
+    first time each pattern was seen (at most ~0.1 s late, plus srun's forwarding)."""
+
+    def __init__(self, jobdir, patterns: dict):
+        import threading
+        self.jobdir, self.patterns, self.seen = jobdir, {k: re.compile(v, re.M) for k, v in patterns.items()}, {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set() and len(self.seen) < len(self.patterns):
+            text = other_output(self.jobdir)
+            t = utcnow()
+            for k, pat in self.patterns.items():
+                if k not in self.seen and (m := pat.search(text)):
+                    self.seen[k] = (t, m.group(0))
+            time.sleep(0.1)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+
+
+OTHER_WATCH = {"exception": r"^.*index out of range in self.*$", "ulimit": r"^.*can't allocate memory.*$",
+               "save": r"^saving checkpoint to .*$"}
+
+
 def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
+    sc = dict(sc, ranks=list(sc["ranks"]))  # nodekill of a torchrun c10d job fills its ranks in
     jobdir = JOBS / sid
     if jobdir.exists():
         shutil.rmtree(jobdir)
     jobdir.mkdir(parents=True)
-    (jobdir / "logs").mkdir()
-    (jobdir / "ckpt").mkdir()
+    if not is_other(sc):  # train_other.py writes no rank logs; nanoGPT's checkpoint dir is out/
+        (jobdir / "logs").mkdir()
+        (jobdir / "ckpt").mkdir()
     (jobdir / "job.sh").write_text(job_script(sid, sc, jobdir))
     kind = sc["kind"]
     fault = None
@@ -532,7 +683,13 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     notes = []
     cleanup = []
     t_submit = utcnow()
-    if kind == "ckpt_fifo":
+    if is_other(sc):
+        (jobdir / "out").mkdir()
+    if kind == "ckpt_fifo" and is_other(sc):
+        # nanoGPT overwrites out/ckpt.pt at every eval; a FIFO nobody reads blocks the first save in open()
+        os.mkfifo(jobdir / "out" / "ckpt.pt")
+        fault = f"mkfifo {jobdir / 'out' / 'ckpt.pt'} before the job started (nobody ever reads it)"
+    elif kind == "ckpt_fifo":
         # the storage that blocks: the checkpoint file of iteration `at` is a FIFO nobody reads,
         # so rank 0's torch.save() blocks in open() like a write to a hung NFS/Lustre mount
         d = jobdir / "ckpt" / f"iter_{sc['at']:07d}" / "mp_rank_00"
@@ -543,6 +700,11 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     jid = r.stdout.strip().split(";")[0]
     say(f"{sid}: submitted job {jid}")
     high_jid = None
+    watch = None
+    if is_other(sc):
+        OTHER_PIDS[str(jobdir)] = {"jid": jid, "launcher": sc["launcher"], "ranks": {}}
+        watch = OutputWatch(jobdir, OTHER_WATCH)
+        cleanup.append(watch.close)
     try:
         world = world_of(sc)
         ok = wait_for(lambda: all(rank_pid(jobdir, k)[0] for k in range(world)), 120, 0.2)
@@ -550,7 +712,7 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             notes.append("not all ranks started within 120 s")
         pids = {k: rank_pid(jobdir, k) for k in range(world)}
         for k, (pid, node) in pids.items():
-            if node and node != rank_node(sc, k):
+            if node and node != rank_node(sc, k) and not (is_other(sc) and sc["launcher"] == "torchrun"):
                 notes.append(f"rank {k} ran on {node}, expected {rank_node(sc, k)}")
         tgt = sc["ranks"][0] if sc["ranks"] else None
         tpid = pids[tgt][0] if tgt is not None else None
@@ -599,7 +761,10 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                     os.kill(tpid, signal.SIGCONT)
                     fault += f"; kill -CONT {tpid} at {iso(utcnow())} ({'3 s after the first peer timed out' if hit else 'no peer error seen'})"
             elif kind == "nodekill":
-                node = rank_node(sc, tgt)
+                if sc.get("node"):  # c10d rendezvous: the node's ranks are whatever ranks ran there
+                    sc["ranks"] = sorted(k for k, (_, n) in pids.items() if n == sc["node"])
+                    tgt = sc["ranks"][0]
+                node = sc.get("node") or rank_node(sc, tgt)
                 victims = [pids[k][0] for k in sc["ranks"]]
                 if sc["launcher"] == "torchrun":
                     ag = agent_pid_of(victims[0])
@@ -691,7 +856,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                     os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
-    return collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid)
+    return collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid,
+                   watch.seen if watch else {})
 
 
 # ---------------------------------------------------------------- collection
@@ -749,7 +915,7 @@ def trim_big(path: Path, limit=700_000) -> str | None:
     return f"{path.name}: kept lines 1-200 and the last {len(tail)} of {len(lines)} ({dropped} dropped)"
 
 
-def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid):
+def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid, seen):
     dest = out / sid
     scon = sh(["scontrol", "show", "job", "-d", jid]).stdout  # right at the end
     # wait until the accounting record is final
@@ -767,8 +933,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     t_lo = t_submit - dt.timedelta(seconds=1)
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(jobdir, dest, ignore=shutil.ignore_patterns("ckpt"), symlinks=False)
-    listing = subprocess.run(["find", "ckpt", "-printf", "%M %10s %TY-%Tm-%TdT%TH:%TM:%.2TS %p\n"],
+    shutil.copytree(jobdir, dest, ignore=shutil.ignore_patterns("ckpt", "out"), symlinks=False)
+    listing = subprocess.run(["find", "out" if is_other(sc) else "ckpt", "-printf", "%M %10s %TY-%Tm-%TdT%TH:%TM:%.2TS %p\n"],
                              cwd=jobdir, capture_output=True, text=True).stdout
     (dest / "ckpt_listing.txt").write_text(listing)
     (dest / "scontrol_show_job.txt").write_text(scon)
@@ -797,7 +963,18 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     # the node each rank really ran on (its own `started pid=N node=X` line), else the planned layout
     ran_on = {k: rank_pid(jobdir, k)[1] or rank_node(sc, k) for k in range(world_of(sc))}
     nodes = sorted({ran_on[k] for k in ranks})
-    if kind in ("exception", "shape", "collmismatch"):
+    if is_other(sc) and kind in ("exception", "ckpt_fifo") or is_other(sc) and sc.get("limit") == "ulimit":
+        # no line of train_other.py carries a time: the first failure is when the lab first saw its line
+        key = {"exception": "exception", "ckpt_fifo": "save"}.get(kind, "ulimit")
+        r0 = ranks[0]
+        t, line = seen.get(key, (None, "NOT SEEN"))
+        ff = (t, r0, f"rank {r0}: {line.strip()[:160]} (time: when the lab first saw the line)")
+        if key == "exception":
+            fault = (f"--fault exception: rank {r0} feeds a token id one past the vocabulary to the embedding at "
+                     f"iteration {sc['at']}")
+        if t is None:
+            notes.append(f"the lab never saw the {key} line")
+    elif kind in ("exception", "shape", "collmismatch"):
         r0 = ranks[0]
         ff = program_fault_first(logs, r0, sc["at"])
         fault = {"exception": f"--fault exception: rank {r0} feeds a target batch one row short to "
@@ -862,6 +1039,17 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
                            else 1 if sid in HELD_OUT else None),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
+    if is_other(sc):
+        truth.update({
+            "program": "train_other.py", "held_out": True, "held_out_round": 9,
+            "batch_script_end": {"echo": "echo END TIME (exit 0 whatever srun returned)",
+                                 "rc": "exit with srun's code"}[sc.get("end", "rc")],
+            "srun_kill_on_bad_exit": sc.get("kill", True),
+            "output": "per task (srun -o slurm-%j-%t.out)" if sc.get("per_task", sc["launcher"] == "srun")
+                      else "merged (slurm-%j.out)",
+            "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
+            "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
+            "log_format": "nanogpt", "ddp": True, "torch_distributed_debug": None})
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     say(f"{sid}: job {jid} ended {st.get('JobState')} exit {st.get('ExitCode')}; recorded to {dest}"
         + (f" NOTES: {' '.join(notes)}" if notes else ""))
@@ -890,6 +1078,8 @@ def main():
     ap.add_argument("--held-out-6", action="store_true", help="only the sixth held-out round (HELD_OUT_6)")
     ap.add_argument("--held-out-7", action="store_true", help="only the seventh held-out round (HELD_OUT_7)")
     ap.add_argument("--held-out-8", action="store_true", help="only the eighth held-out round (HELD_OUT_8)")
+    ap.add_argument("--held-out-9", action="store_true",
+                    help="only the ninth round: the second program, train_other.py (HELD_OUT_9)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -900,7 +1090,7 @@ def main():
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
     ids = args.only.split(",") if args.only else list(
-        HELD_OUT_8 if args.held_out_8 else HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+        HELD_OUT_9 if args.held_out_9 else HELD_OUT_8 if args.held_out_8 else HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")
