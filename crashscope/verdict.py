@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ import polars as pl
 from crashscope.engine.model import Finding
 from crashscope.report.model import CoOccurring, EventRef, EventRow, EvidenceItem, Implicated
 from crashscope.schema import CAUSE_TITLES, CAUSES, Kind, one_of
-from crashscope.timeline import Timeline, iso
+from crashscope.timeline import Timeline, attrs_of, iso
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             _has_failure_events(ev, completed=True)
             or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
             or slowed >= ARRIVAL_SLOWDOWN
+            or hidden_step_failure(ev) is not None
         )
     else:
         failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
@@ -224,7 +226,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         # a process that exited or was killed first says where, before a report of who lagged
         lagging = [] if hang_suspects or first_down is not None or killed else [
             f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks]
-        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else [])
+        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else []) + _completed_anyway(outcome, ev)
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
         elif first_down is not None:
@@ -333,7 +335,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         for s, f in scored
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
-    v.summary = _summary(top, primary, symptoms, tl)
+    v.summary = _summary(top, primary, symptoms, tl) + _completed_anyway(outcome, ev)
     if outcome == "COMPLETED" and slowed >= ARRIVAL_SLOWDOWN:
         v.summary += f" The job completed, but its steps slowed {slowed:.1f}x: an incident without an error."
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
@@ -443,6 +445,48 @@ FAILURE_KINDS = {
     Kind.HUNG_TASK.value, Kind.PCIE_ERROR.value, Kind.KERNEL_PANIC.value, Kind.SEGFAULT.value, Kind.XID.value,
     Kind.EXCEPTION.value,
 }
+
+
+# A job step srun ran (``123.0``, ``123.1``, heterogeneous ``123.0+1``): not ``batch``/``extern``/``interactive``.
+_SRUN_STEP = re.compile(r"^\d+(\+\d+)?$")
+STEP_FAILED_STATES = FAILED_STATES - {"REQUEUED"}
+
+
+def hidden_step_failure(ev: pl.DataFrame) -> str | None:
+    """What says a COMPLETED job's work failed anyway, or None.
+
+    Slurm's job state and ExitCode are the batch script's (COMPLETED: the script exited 0), so a
+    script that ends with ``echo "END TIME: $(date)"`` reads COMPLETED whatever its ``srun`` returned.
+    The steps say otherwise: a step row that ended FAILED/CANCELLED/... or with a non-zero exit code,
+    or the job's DerivedExitCode ("the highest exit code returned by the job's job steps (srun
+    invocations)", sacct(1) and scontrol(1) of Slurm 22.05), and, in the ranks' own output, a
+    traceback torch's excepthook printed (the ``uncaught`` exception of a rank that died of it)."""
+    st = ev.filter(pl.col("kind") == Kind.JOB_STATE.value)
+    for a, src in zip(st["attrs"].to_list(), st["source"].cast(pl.String).to_list()):
+        d = attrs_of(a)
+        step = d.get("step")
+        dec = str(d.get("derived_exit_code") or "0:0")
+        if step in (None, "") and dec.split(":")[0] not in ("", "0"):
+            return f"its steps returned exit code {dec.split(':')[0]} ({src} DerivedExitCode {dec})"
+        if isinstance(step, str) and _SRUN_STEP.match(step):
+            state = str(d.get("state") or "").split()[0:1]
+            code = str(d.get("exit_code") or "0:0")
+            if (state and state[0].upper().rstrip("+") in STEP_FAILED_STATES) or code.split(":")[0] not in ("", "0"):
+                return f"step {step} ended {' '.join(state) or 'with exit code'} {code} ({src})"
+    exc = ev.filter((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("attrs").str.contains(r'"uncaught":\s*true'))
+    if exc.height:
+        ranks = sorted({int(r) for r in exc["rank"].drop_nulls().to_list()})
+        row = exc.sort(["time", "file", "line"], nulls_last=True).row(0, named=True)
+        text = str(row["message"] or "")[:120].replace("`", "'")
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))}{' ...' if len(ranks) > 8 else ''}"
+        return f"{who} died of an uncaught exception (`{text}`{' and others' if len(ranks) > 1 else ''})"
+    return None
+
+
+def _completed_anyway(outcome: str | None, ev: pl.DataFrame) -> str:
+    """The sentence a failed verdict on a COMPLETED job owes the reader: why Slurm's state is no success."""
+    hidden = hidden_step_failure(ev) if outcome == "COMPLETED" else None
+    return (f" Slurm recorded the job COMPLETED because its batch script exited 0, but {hidden}." if hidden else "")
 
 
 def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:

@@ -62,3 +62,32 @@ def test_megatron_progress_at_its_last_iteration_is_a_weak_success_signal(tmp_pa
     # status is in no file left (its 'srun exited with 0' is the lab's own echo)
     report, _, _ = analyze(_job_output_and_rank_logs("completed_srun", tmp_path))
     assert report.cause == "none" and report.confidence < 0.8
+
+
+def _task_outputs_and(case_id: str, dst: Path, *names: str) -> Path:
+    """The per-task files of ``srun -o slurm-%j-%t.out`` without the batch script's own output
+    (srun's task exit lines are there), plus the named files of the recording."""
+    src, out = CASES[case_id].path, dst / case_id
+    out.mkdir()
+    for p in src.glob("slurm-*-*.out"):
+        shutil.copy(p, out / p.name)
+    for n in names:
+        shutil.copy(src / n, out / n)
+    return out
+
+
+@pytest.mark.parametrize("scheduler_file", ["sacct.txt", "sacct.json", "scontrol_show_job.txt"])
+def test_a_batch_script_that_exits_0_after_a_failed_step_is_no_success(scheduler_file: str, tmp_path: Path) -> None:
+    # exception_rank2_other_srun (round 9): the job script ends with `echo "END TIME: $(date)"`, so Slurm
+    # says COMPLETED 0:0 while step 1.0 FAILED (DerivedExitCode 1:0) and every rank's output ends in a
+    # traceback torch's excepthook printed ("[rankN]: Traceback"): rank 2's IndexError came first.
+    report, _, _ = analyze(_task_outputs_and("exception_rank2_other_srun", tmp_path, scheduler_file))
+    assert report.cause == "software_error"
+    assert report.implicated.ranks == [2]
+    assert "COMPLETED because its batch script exited 0" in report.summary
+
+
+def test_a_completed_run_with_per_task_outputs_stays_a_success(tmp_path: Path) -> None:
+    # completed_other_srun: the same script ending, a run that did finish: no step failed, no rank raised
+    report, _, _ = analyze(_task_outputs_and("completed_other_srun", tmp_path, "sacct.txt"))
+    assert (report.cause, report.confidence) == ("none", 0.95)

@@ -37,7 +37,8 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
   sequence number; mismatched_ranks: the smallest such group when it is the only smallest, else all)
 * collective_mismatch: detail, ranks, seqs, ops
 * exception: type, text, frames_top ("file:line in func" of the innermost frame), frames,
-  chained (types of earlier exceptions in the chain), nccl_result, nccl_version
+  chained (types of earlier exceptions in the chain), nccl_result, nccl_version, uncaught (the
+  traceback came behind torch's ``[rankN]:`` excepthook prefix: the rank died of it)
 * cuda_error: error;  cuda_oom: tried_bytes, device, free_bytes, total_bytes
 * version: component "nccl", version (from ``NCCL error ... NCCL version X``; once per file and rank)
 * signal: signal, pid, direction (sent|received), agent_pid, srun_task (the ``srun -l`` label of the
@@ -965,6 +966,12 @@ class _Parser:
                 attrs["frames"] = len(tb.frames)
             if tb.chained:
                 attrs["chained"] = list(tb.chained)
+            if prefix.rank is not None:
+                # "[rankN]: Traceback ...": torch's sys.excepthook, set by init_process_group
+                # (torch 2.13.0 torch/distributed/distributed_c10d.py init_process_group, lines 1921-1938: `excepthook_prefix =
+                # f"[rank{get_rank()}]"`), prefixes a traceback only when nothing caught the exception:
+                # that rank's process died of it.
+                attrs["uncaught"] = True
             if tb.spawn is not None:
                 attrs["spawn_process"] = tb.spawn
                 lr = lr if lr is not None else tb.spawn
