@@ -628,13 +628,11 @@ def under_torchrun(ev: pl.DataFrame) -> bool:
     )
 
 
-def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
-    """Rank -> node from what Slurm says about its tasks: ``srun: error: n2: tasks 2-3:
-    Exited ...`` names the node of those tasks. Under srun with one task per rank a task id
-    is the global rank; under torchrun (ranks with local ranks) it is the node index, so
-    the mapping is used only when no torchrun prefix was seen."""
+def slurm_task_hosts(ev: pl.DataFrame) -> dict[int, str]:
+    """Rank -> node as srun's task exit records say (``srun: error: n2: tasks 2-3: Exited ...``);
+    empty under torchrun, where a task id is a node index, not a rank."""
     if under_torchrun(ev):
-        return ev
+        return {}
     exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
     pairs: dict[int, str] = {}
     for a in exits["attrs"].to_list():
@@ -644,6 +642,15 @@ def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
             for t in tasks[:100_000]:
                 if isinstance(t, int):
                     pairs.setdefault(t, hosts[0])
+    return pairs
+
+
+def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Rank -> node from what Slurm says about its tasks: ``srun: error: n2: tasks 2-3:
+    Exited ...`` names the node of those tasks. Under srun with one task per rank a task id
+    is the global rank; under torchrun (ranks with local ranks) it is the node index, so
+    the mapping is used only when no torchrun prefix was seen."""
+    pairs = slurm_task_hosts(ev)
     if not pairs:
         return ev
     m = pl.DataFrame({"rank": list(pairs), "_sh": list(pairs.values())}, schema={"rank": ev.schema["rank"], "_sh": pl.String})

@@ -102,7 +102,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     ``missing`` the data whose absence lowers confidence (the report's ``missing``)."""
     v = Verdict(missing=list(missing or []))
     ev = _this_job(tl.events, tl.job_id)
-    from crashscope.analyses.checkpoint_io import saves_cut_by_kill  # a save a SIGKILL ended is no storage evidence
+    from crashscope.analyses.checkpoint_io import saves_cut_by_kill, saves_outlived  # saves that say nothing of storage
     from crashscope.analyses.collectives import missing_line  # absent Flight Recorder dumps lower confidence
 
     if (dumps_missing := missing_line(ev, tl.world_size)) and dumps_missing not in v.missing:
@@ -118,6 +118,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
     per_cause: dict[str, float] = defaultdict(float)
     best: dict[str, tuple[float, Any]] = {}
     cut = saves_cut_by_kill(deciding)  # nor does it explain the kill's where-only findings
+    cut |= saves_outlived(deciding, ev)  # a rank that raised after its save had left it
     explained = {id(f) for f in _explained_where([p for p in scored if id(p[1]) not in cut], symptoms)} | cut
     for s, f in scored:
         if s <= 0 or id(f) in explained:
@@ -472,7 +473,8 @@ def hidden_step_failure(ev: pl.DataFrame) -> str | None:
             state = str(d.get("state") or "").split()[0:1]
             code = str(d.get("exit_code") or "0:0")
             if (state and state[0].upper().rstrip("+") in STEP_FAILED_STATES) or code.split(":")[0] not in ("", "0"):
-                return f"step {step} ended {' '.join(state) or 'with exit code'} {code} ({src})"
+                told = " ".join(state) + (f" (exit code {code})" if code.split(":")[0] not in ("", "0") else "")
+                return f"step {step} ended {told.strip() or 'with exit code ' + code} ({src})"
     exc = ev.filter((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("attrs").str.contains(r'"uncaught":\s*true'))
     if exc.height:
         ranks = sorted({int(r) for r in exc["rank"].drop_nulls().to_list()})

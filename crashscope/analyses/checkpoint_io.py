@@ -249,3 +249,37 @@ def saves_cut_by_kill(findings: list[Finding]) -> set[int]:
         if (f.rule_id == UNFINISHED_SAVE_RULES[0] or (f.rule_id == RULE_ID and "still running" in f.title))
         and f.ranks and any(set(f.ranks) <= k for k in killed)
     }
+
+
+# What a rank raises from a collective it was waiting in (gloo/NCCL timeouts, a closed pair, an exception).
+OWN_ERROR_KINDS = (Kind.EXCEPTION.value, Kind.COLLECTIVE_TIMEOUT.value, Kind.NETWORK_ERROR.value, Kind.WATCHDOG_ERROR.value)
+
+
+def saves_outlived(findings: list[Finding], events: pl.DataFrame) -> set[int]:
+    """The unfinished-save findings (ids) whose every rank raised an error of its own afterwards.
+
+    A save with no end line (nanoGPT prints none: ``saving checkpoint to out``, then ``torch.save``,
+    then the next step) is still running only if its rank said nothing more: a rank blocked in
+    ``torch.save`` (``open()``/``write()`` on a hung mount) is in no collective and raises nothing
+    until it is killed. A rank that then raised a collective's error (``Connection closed by peer``,
+    a timeout) or an exception of its own had left the save: its peers' failure was something else
+    (``exception_rank1_other_torchrun``: rank 0 saved at iteration 20, went into the step and read
+    rank 1's close)."""
+    own = events.filter(
+        pl.col("kind").cast(pl.String).is_in(OWN_ERROR_KINDS) & pl.col("severity").cast(pl.String).is_in(["error", "critical"])
+        & pl.col("rank").is_not_null() & ~pl.col("source").cast(pl.String).is_in(["slurm", "sacct", "kernel"])
+    )
+    if own.height == 0:
+        return set()
+    out = set()
+    for f in findings:
+        if f.rule_id != UNFINISHED_SAVE_RULES[0] or not f.ranks or not f.evidence:
+            continue
+        start = f.evidence[0]
+        later = own.filter(pl.col("rank").is_in(list(f.ranks)))
+        if start.time is not None:
+            later = later.filter(pl.col("time").is_null() | (pl.col("time").dt.epoch("ns") > start.time))
+        if set(int(r) for r in later["rank"].to_list()) >= set(f.ranks):
+            out.add(id(f))
+    return out
+

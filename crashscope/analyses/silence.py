@@ -21,7 +21,7 @@ import polars as pl
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind, one_of
-from crashscope.timeline import attrs_of, under_torchrun
+from crashscope.timeline import attrs_of, slurm_task_hosts, under_torchrun
 
 RULE_ID = "silent-ranks"
 RANK_WEIGHT = 0.5  # one rank silent among reporting peers on its node
@@ -102,6 +102,9 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
                 last[r] = dict(row, rank=r)
                 break
     silent = [r for r in silent if r in last]
+    # A silent rank wrote nothing that names its node; srun's exit record of its task does.
+    for r, h in slurm_task_hosts(events).items():
+        host_of.setdefault(r, h)
     ranks_on: dict[str, set[int]] = defaultdict(set)
     for r in seen:
         if host_of.get(r):
@@ -280,8 +283,13 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
 
         if _mismatch(_entries(events)):
             return None  # the dumps show the ranks in different collectives: a desync, not the network
+    ranked = loss.filter(pl.col("rank").is_not_null())
+    # Lines with no time of their own (per-task output files of a script that prints no stamps): each
+    # rank's first loss line in its file's order; that they fell together cannot be checked then, but a
+    # gloo timeout still says its rank was alive and waiting inside a collective.
+    undated = ranked.filter(pl.col("time").is_not_null()).height == 0
     first: dict[int, dict[str, Any]] = {}
-    for row in loss.filter(pl.col("rank").is_not_null() & pl.col("time").is_not_null()).sort(["time", "file", "line"]).iter_rows(named=True):
+    for row in (ranked if undated else ranked.filter(pl.col("time").is_not_null())).sort(["time", "file", "line"]).iter_rows(named=True):
         first.setdefault(int(row["rank"]), row)
     if set(first) != seen:
         return None
@@ -293,16 +301,16 @@ def _mutual_timeout(loss: pl.DataFrame, seen: set[int], events: pl.DataFrame | N
     if len(timed) + len(closed) != len(first) or len(timed) * 2 < len(first):
         return None
     t = [row["time"] for row in first.values()]
-    if (max(t) - min(t)).total_seconds() > PARTITION_SLACK_S:
+    if not undated and (max(t) - min(t)).total_seconds() > PARTITION_SLACK_S:
         return None
     # The waits began one timeout before they ended: that is when the data stopped.
     began = [first[r]["time"] - timedelta(milliseconds=float(a[r]["timeout_ms"])) for r in timed
-             if isinstance(a[r].get("timeout_ms"), (int, float))]
+             if isinstance(a[r].get("timeout_ms"), (int, float)) and first[r]["time"] is not None]
     link = _ring_link(first, a, events) if events is not None and world == len(first) else None
     order = sorted(first, key=lambda r: (r not in (link or ()), r))  # the link's two ends first
     rows = [dict(first[r], _t=_ns(first[r]["time"])) for r in order]
     ms = max((float(a[r]["timeout_ms"]) for r in timed if isinstance(a[r].get("timeout_ms"), (int, float))), default=None)
-    title = (f"All {len(first)} ranks timed out waiting for each other at the same moment"
+    title = (f"All {len(first)} ranks timed out waiting for each other" + (" (their lines carry no time)" if undated else " at the same moment")
              + (f" (gloo, {ms / 1000:.0f} s)" if ms else "") + ": every rank was alive inside a collective and the data "
              "between them stopped")
     where = ("gloo's texts name no peer, so which link is not known.")

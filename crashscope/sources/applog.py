@@ -355,6 +355,10 @@ _CKPT = (
     #   1000**3 before 0.5, "MB" in the early recipes), then "Adapter checkpoint of size ..." / "Recipe checkpoint of
     #   size ..."; no start line, one end per shard file
     ("torchtune", "end", lazy_compile(r"(?:Model|Adapter|Recipe) checkpoint of size [\d.]+ ?(?:GiB|GB|MiB|MB) saved to (?P<path>\S+)"), False),
+    # nanoGPT (karpathy/nanoGPT@005475c4 train.py, and the many scripts copied from it): after an eval the master
+    #   process prints f"saving checkpoint to {out_dir}" and calls torch.save(checkpoint, os.path.join(out_dir,
+    #   'ckpt.pt')); no end line (the next "iter N: loss ..." line implies it)
+    ("nanogpt", "start", lazy_compile(r"^saving checkpoint to (?P<path>\S+)\s*$"), True),
     # PyTorch's DDP tutorial series (pytorch/examples distributed/ddp-tutorial-series multigpu.py, multinode.py,
     #   multigpu_torchrun.py; pytorch/tutorials beginner_source/ddp_series_fault_tolerance.rst), widely copied:
     #   torch.save(snapshot, self.snapshot_path); print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}")
@@ -975,6 +979,9 @@ class _Parser:
             if fw == "megatron" and st.framework == "nemo":
                 attrs["framework"] = "nemo"  # NeMo's io/pl.py prints Megatron's wording
             row = _Row(Kind.CHECKPOINT, n, msg[:EXCERPT], attrs, **base)
+            if fw == "nanogpt" and row.rank is None and row.local_rank is None:
+                # nanoGPT prints only `if master_process` (master_process = ddp_rank == 0): global rank 0's save
+                row.rank, attrs["rank_from"] = 0, "nanoGPT's master process"
             self.out.append(row)
             if phase == "start":
                 if implied_ok:
