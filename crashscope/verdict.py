@@ -269,6 +269,14 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             ),
             None,
         )
+    if borrowed is None and primary is not None and not primary.hosts and top == "oom":
+        # An OOM kill by pid alone (no node, no rank) with no time to match: the kernel's OOM killer kills
+        # with SIGKILL and srun names a task's terminating signal by strsignal(), "Killed" for SIGKILL (the
+        # slurm source reads it as signal SIGKILL); when one process was OOM-killed and exactly one task was
+        # SIGKILLed first, that task is the one.
+        killed = [f for f in deciding if f.rule_id == "first-killed" and f.hosts and len(f.ranks) == 1 and f.first_time is None]
+        if len(killed) == 1 and len(_oom_victims(same)) == 1:
+            borrowed = killed[0]
     v.cause = top
     if primary is not None and primary.rule_id == LONE_NETWORK and PEER_LOG_MISSING not in v.missing:
         # A reset alone is a hypothesis: the peer's own log would say whether it died.
@@ -483,6 +491,14 @@ def hidden_step_failure(ev: pl.DataFrame) -> str | None:
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))}{' ...' if len(ranks) > 8 else ''}"
         return f"{who} died of an uncaught exception (`{text}`{' and others' if len(ranks) > 1 else ''})"
     return None
+
+
+_OOM_VICTIM = re.compile(r"Killed process (\d+)")
+
+
+def _oom_victims(findings: Sequence[Finding]) -> set[str]:
+    """The pids the kernel's OOM killer named (``Out of memory: Killed process N (comm)``, mm/oom_kill.c)."""
+    return {m.group(1) for f in findings for e in f.evidence if (m := _OOM_VICTIM.search(e.message or ""))}
 
 
 def _completed_anyway(outcome: str | None, ev: pl.DataFrame) -> str:
