@@ -23,6 +23,7 @@ Steps, in order (each is a pure function of the frame):
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from statistics import median
@@ -388,6 +389,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
+    ev = _task_file_hosts(ev)
     ev = _own_line_pids(ev)
     ev = _pid_only_ranks(ev)
     # rank -> host, for lines that name a rank but not a host (c10 "[rank3]:" lines).
@@ -688,6 +690,40 @@ def _launcher_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     m = pl.DataFrame({"_task": list(pairs), "_th": list(pairs.values())}, schema={"_task": pl.Int64, "_th": pl.String})
     ev = ev.with_columns(task.alias("_task")).join(m, on="_task", how="left")
     return ev.with_columns(pl.coalesce("host", "_th").alias("host")).drop("_task", "_th").sort("_id")
+
+
+# ``srun -o slurm-%j-%t.out``: one output file per task (srun(1) filename pattern: %j job id, %t task id)
+_TASK_FILE = re.compile(r"^slurm-(?P<job>\d+)-(?P<task>\d+)\.out$")
+
+
+def _task_file_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Under torchrun started by srun with per-task output files (``srun -o slurm-%j-%t.out torchrun ...``),
+    a file holds one task's output: one agent and its workers, all on that task's node, which srun's exit
+    record of the task names (``srun: error: n2: task 1: Exited ...``). Only srun's word is used (no layout
+    guess). Under srun alone a task is a rank and ``_slurm_task_hosts`` places it."""
+    if not under_torchrun(ev):
+        return ev
+    said: dict[int, str] = {}
+    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
+    for a in exits["attrs"].to_list():
+        d = attrs_of(a)
+        hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
+        if len(hosts) == 1 and isinstance(hosts[0], str):
+            for t in tasks[:100_000]:
+                if isinstance(t, int):
+                    said.setdefault(t, hosts[0])
+    if not said:
+        return ev
+    jobs = {j for j in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["job_id"].drop_nulls().to_list()}
+    mapping: dict[str, str] = {}
+    for f in ev["file"].drop_nulls().unique().to_list():
+        m = _TASK_FILE.match(f.rsplit("/", 1)[-1])
+        if m and (not jobs or m.group("job") in jobs) and int(m.group("task")) in said:
+            mapping[f] = said[int(m.group("task"))]
+    if not mapping:
+        return ev
+    fill = pl.col("file").replace_strict(mapping, default=None, return_dtype=pl.String)
+    return ev.with_columns(pl.coalesce(pl.col("host"), fill).alias("host"))
 
 
 def _resolve_gpus(ev: pl.DataFrame) -> pl.DataFrame:
