@@ -91,3 +91,10 @@ def test_a_completed_run_with_per_task_outputs_stays_a_success(tmp_path: Path) -
     # completed_other_srun: the same script ending, a run that did finish: no step failed, no rank raised
     report, _, _ = analyze(_task_outputs_and("completed_other_srun", tmp_path, "sacct.txt"))
     assert (report.cause, report.confidence) == ("none", 0.95)
+
+
+def test_a_nanogpt_save_followed_by_its_step_line_was_finished(tmp_path: Path) -> None:
+    # completed_other_srun: nanoGPT prints "step 40: train loss ...", "saving checkpoint to out" (no end line),
+    # then "iter 40: loss ..." and exits; the step after the save says the save returned (no storage stall)
+    report, _, _ = analyze(_job_output_and_rank_logs("completed_other_srun", tmp_path))
+    assert report.cause != "storage_stall"

@@ -919,6 +919,9 @@ class _Parser:
                 p.attrs.setdefault(k, v)
             if p.time is None and row.time is not None:
                 p.time, p.tq = row.time, row.tq
+            # the step's second line came after a save (nanoGPT's "step N: train loss" eval line, the save,
+            # then "iter N: loss"): training went on past the save
+            self._implied_save_ends(st, row)
             return
         # a tqdm bar re-drawn without progress is not a new step
         if p is not None and a.get("framework") in ("tqdm", "lightning", "nemo") and p.attrs.get("step") == a.get("step") \
@@ -930,6 +933,9 @@ class _Parser:
         if a.get("step") is not None:
             st.last_step = a["step"]
         st.framework = a.get("framework")
+        self._implied_save_ends(st, row)
+
+    def _implied_save_ends(self, st: _Stream, row: _Row) -> None:
         # a save that prints no end returned if training went on
         if st.open_saves:
             still = []
@@ -944,8 +950,11 @@ class _Parser:
                 for k in ("iteration", "step", "path", "tag"):
                     if k in s0.attrs:
                         attrs[k] = s0.attrs[k]
+                # the save's identity when the step line has none (nanoGPT's save is rank 0's by who prints)
+                ident = (row.rank, row.local_rank, row.host) if row.rank is not None or row.local_rank is not None \
+                    else (s0.rank, s0.local_rank, row.host or s0.host)
                 self.out.append(_Row(Kind.CHECKPOINT, row.line, f"checkpoint save returned (training went on): {s0.message[:160]}",
-                                     attrs, row.time, row.tq, row.rank, row.local_rank, row.host))
+                                     attrs, row.time, row.tq, *ident))
             st.open_saves = still
 
     # -- checkpoints -----------------------------------------------------------------------------
