@@ -120,11 +120,15 @@ def test_the_unfinished_checkpoint_is_in_the_storage_layer() -> None:
         if not case.id.startswith("ckpt_fifo"):
             continue
         truth = json.loads((case.path / "truth.json").read_text())
-        step = int(re.search(r"iter_(\d{7})", truth["fault"]).group(1))
+        fifo = re.search(r"iter_(\d{7})", truth["fault"])
+        # train_other.py (round 9) overwrites out/ckpt.pt at every eval: the FIFO blocks its first save,
+        # at --eval_interval; its lines carry no time, so how long the save ran is not known
+        step = int(fifo.group(1)) if fifo else int(re.search(r"--eval_interval (\d+)", (case.path / "job.sh").read_text()).group(1))
         storage = next(r for r in rep["layers"] if r["layer"] == "storage")
         running = storage["checkpoints"]["in_progress"]
         assert [(s["rank"], s["step"]) for s in running] == [(truth["culprit"]["ranks"][0], step)], (case.id, running)
-        assert running[0]["running_s"] > 5
+        if fifo:
+            assert running[0]["running_s"] > 5
         seen += 1
     assert seen >= 2
 
