@@ -252,9 +252,33 @@ def date_year_less(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     )
 
 
+def _generic_reading() -> pl.Expr:
+    """A source's event that reads its line only generically, without the line's meaning:
+    any source's ``log_error`` (a logging line at error level: slurmstepd's ``error: ...``),
+    the NCCL source's WARN of a net plugin it does not parse (``NET/OFI ...``: error_type
+    ``other``) or its fallback reading of a WARN it has no parser for (an nccl_error with
+    neither an error_type nor a failed system call)."""
+    etype = pl.col("attrs").str.json_path_match("$.error_type")
+    nccl = pl.col("source") == "nccl"
+    fallback_warn = (nccl & (pl.col("kind") == Kind.NCCL_ERROR.value) & etype.is_null()
+                     & pl.col("attrs").str.json_path_match("$.call").is_null())
+    return ((pl.col("kind") == Kind.LOG_ERROR.value) | (nccl & etype.eq("other")) | fallback_warn).fill_null(False)
+
+
 def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     """The catalog reads known error texts in every line; where a source that knows the
-    line's format read the same thing (same file, line and kind), its event is the one kept."""
+    line's format read the same thing (same file, line and kind), its event is the one kept.
+
+    The same thing: a catalog reading of role symptom or context gives way to any other
+    source's event on its line (else to one with its text elsewhere: an NCCL WARN echoed as
+    a PyTorch exception's "Last error:"). A cause-role reading gives way to an event that the
+    stable cause rules read as that same cause (``engine.evaluate.cause_readings``: one fact,
+    one event) and to a typed reading that the rules read as no cause (the source knows the
+    line, and what it means is the rules' call: torchelastic's ``exitcode: -11`` of a
+    worker); it stays beside it as another reading of the line where the readings
+    disagree: the source read the line only generically (``_generic_reading``: a net
+    plugin's ``NET/OFI`` WARN, a slurmstepd ``error:`` line holding enroot's ``failed to
+    execute``), or the rules read it as another cause."""
     cat = pl.col("source") == "catalog"
     idx = ev.with_row_index("_ct")
     c = idx.filter(cat).select("_ct", "file", "line", "kind", "message", "attrs")
@@ -264,44 +288,50 @@ def _drop_catalog_twins(ev: pl.DataFrame) -> pl.DataFrame:
     # 16,384 ranks); the frame keeps its order.
     # (and of the others only those of the catalog rows' files: a row of another file cannot be
     # a twin, and the semi join of all 687k rows cost ~0.1 s at 16,384 ranks)
-    # An event another source read only generically (the NCCL source's WARN on a net plugin it
-    # does not parse, "NET/OFI ...": error_type "other") is no reading of a cause.
-    # So is the NCCL source's fallback reading of a WARN it has no parser for (an nccl_error
-    # with neither an error_type nor a failed system call: "graph/topo.h:230 NCCL WARN Could
-    # not find NET with id 0").
-    etype = pl.col("attrs").str.json_path_match("$.error_type")
-    fallback_warn = (
-        (pl.col("source") == "nccl") & (pl.col("kind") == Kind.NCCL_ERROR.value)
-        & etype.is_null() & pl.col("attrs").str.json_path_match("$.call").is_null()
-    )
-    generic = (etype.eq("other").fill_null(False) | fallback_warn.fill_null(False)).alias("_generic")
-    other = ev.select("source", "file", "line", "kind", "attrs").filter(
-        ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())
-    ).with_columns(generic).drop("source", "attrs")
-    # A generic error line (another source's log_error: a slurmstepd 'error:' line) twinned
-    # by a catalog text that names a cause (enroot's 'failed to execute' in that line) is not
-    # the same fact: the catalog's reading of the cause stays beside it.
-    says_cause = ((pl.col("kind") == Kind.LOG_ERROR.value) & pl.col("_role").eq("cause")).fill_null(False)
-    c = c.with_columns(pl.col("attrs").str.json_path_match("$.role").alias("_role")).filter(~says_cause).drop("attrs")
-    is_cause = pl.col("_role").eq("cause").fill_null(False)
-    # So is a line the other source read only generically: the cause reading stays beside it.
-    twins = pl.concat([
-        c.filter(~is_cause).join(other, on=["file", "line", "kind"], how="semi")["_ct"],
-        c.filter(is_cause).join(other.filter(~pl.col("_generic")), on=["file", "line", "kind"], how="semi")["_ct"],
-    ])
+    c = c.with_columns(
+        pl.col("attrs").str.json_path_match("$.role").alias("_role"),
+        pl.col("attrs").str.json_path_match("$.cause").alias("_cause"),
+        pl.col("message").str.strip_chars().alias("_m"),
+    ).drop("attrs")
+    is_cause = (pl.col("_role").eq("cause") & pl.col("_cause").is_not_null()).fill_null(False)
+    plain, causal = c.filter(~is_cause), c.filter(is_cause)
+    others = ~cat & pl.col("line").is_not_null() & pl.col("file").is_in(c["file"].drop_nulls().unique().implode())
+    on_line = ["file", "line", "kind"]
+    drop = [plain.join(ev.filter(others).select(on_line), on=on_line, how="semi")["_ct"]]
     # The same text echoed elsewhere (an NCCL WARN repeated as "Last error:" inside a
     # PyTorch exception in another file) is the same fact: the source's own event stays.
-    rest = c.filter(~pl.col("_ct").is_in(twins.implode())).with_columns(pl.col("message").str.strip_chars().alias("_m"))
-    said = ev.select("source", "kind", "message", "attrs").filter(~cat & pl.col("kind").is_in(rest["kind"].unique().implode())).select(
-        "kind", pl.col("message").str.strip_chars().alias("_m"), generic)
-    echoes = pl.concat([
-        rest.filter(~is_cause).join(said, on=["kind", "_m"], how="semi")["_ct"],
-        rest.filter(is_cause).join(said.filter(~pl.col("_generic")), on=["kind", "_m"], how="semi")["_ct"],
-    ])
-    drop = pl.concat([twins, echoes])
-    if not drop.len():
+    said = ev.filter(~cat & pl.col("kind").is_in(c["kind"].unique().implode())).with_columns(pl.col("message").str.strip_chars().alias("_m"))
+    plain_rest = plain.filter(~pl.col("_ct").is_in(drop[0].implode()))
+    drop.append(plain_rest.join(said.select("kind", "_m"), on=["kind", "_m"], how="semi")["_ct"])
+    if causal.height:
+        # The other sources' events a cause reading could give way to: on its line, else its
+        # text elsewhere; whether each is generic, and the causes the rules read it as.
+        cands = pl.concat([
+            ev.filter(others).join(causal.select(on_line), on=on_line, how="semi"),
+            said.join(causal.select("kind", "_m"), on=["kind", "_m"], how="semi").drop("_m"),
+        ])
+        from crashscope.engine.evaluate import cause_readings
+
+        reads = cause_readings(cands).group_by("row").agg(pl.col("cause").alias("_reads"))
+        info = cands.with_row_index("row").select(
+            "row", *on_line, pl.col("message").str.strip_chars().alias("_m"), _generic_reading().alias("_generic"),
+        ).join(reads, on="row", how="left").drop("row")
+        same = pl.col("_reads").list.contains(pl.col("_cause")).fill_null(False)
+        other_cause = (pl.col("_reads").list.len() > 0).fill_null(False) & ~same
+        decide = [(pl.col("_same").any() | ~pl.col("_keep").any()).alias("_drop")]
+
+        def gives_way(rows: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+            pairs = rows.select("_ct", "_cause", *on).join(info.select(*on, "_generic", "_reads"), on=on)
+            return pairs.with_columns(same.alias("_same"), (pl.col("_generic") | other_cause).alias("_keep")).group_by("_ct").agg(decide)
+
+        on_its_line = gives_way(causal.drop("_m"), on_line)
+        echoed = gives_way(causal.filter(~pl.col("_ct").is_in(on_its_line["_ct"].implode())), ["kind", "_m"])
+        for d in (on_its_line, echoed):
+            drop.append(d.filter(pl.col("_drop"))["_ct"])
+    gone = pl.concat(drop)
+    if not gone.len():
         return ev
-    return idx.filter(~pl.col("_ct").is_in(drop.implode())).drop("_ct")
+    return idx.filter(~pl.col("_ct").is_in(gone.implode())).drop("_ct")
 
 
 # Names every machine calls itself: they tell no node apart (torchrun's summary prints

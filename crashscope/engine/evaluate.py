@@ -89,6 +89,29 @@ def evaluate(
     return out
 
 
+def cause_readings(events: pl.DataFrame, rules: Sequence[Rule] | None = None) -> pl.DataFrame:
+    """Which causes the stable cause rules read each event as, by their per-event test
+    alone (kinds, sources, selections and condition; no windows, counts or detectors):
+    ``(row, cause)`` pairs, ``row`` being the event's position in ``events``. The timeline
+    asks this of the lines a catalog text also matched, to tell whether the other source's
+    reading of the line bears the catalog's cause."""
+    empty = pl.DataFrame(schema={"row": pl.UInt32, "cause": pl.String})
+    rules = default_rules() if rules is None else rules
+    if events.height == 0:
+        return empty
+    ctx = _Context(events, None)
+    active = [
+        r for r in rules
+        if r.status == "stable" and r.role == "cause" and not r.detector and not r.absent and not r.differs_across_hosts
+        and ctx.may_match(r)
+    ]
+    if not active:
+        return empty
+    base = events.lazy().with_row_index("row")
+    parts = pl.collect_all([base.filter(ctx.plan(r).pre & ctx.plan(r).cond).select("row", pl.lit(r.cause).alias("cause")) for r in active])
+    return pl.concat(parts).unique() if parts else empty
+
+
 @dataclass(frozen=True)
 class _Plan:
     """A rule's per-event test as polars expressions: ``pre`` (its kinds and sources),
