@@ -397,14 +397,12 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
                 .select("host", "pid", pl.col("_r").alias("_pid_rank"), pl.col("gpu").alias("_pid_gpu"))
             )
             ev = _fill_nulls(ev, best, ["host", "pid"], {"rank": "_pid_rank", "gpu": "_pid_gpu"})
-    # srun --label task ids are global ranks when srun starts one task per GPU (no
-    # torchrun prefixes in that file); under torchrun they are node indices: ignored.
-    if ev["attrs"].str.contains('"srun_task"', literal=True).any():
-        torchrun_files = ev.filter(pl.col("local_rank").is_not_null())["file"].unique().to_list()
+    # srun --label task ids (attrs.srun_task) are SLURM_PROCID: the global rank when srun
+    # starts one task per rank; a node's launcher when it starts one per node (torchrun),
+    # whose task then names the node (_launcher_task_hosts), not a rank.
+    if ev["attrs"].str.contains('"srun_task"', literal=True).any() and tasks_are_ranks(ev):
         task = _attr("attrs", "srun_task", pl.Int32)
-        ev = ev.with_columns(
-            pl.when(pl.col("rank").is_null() & ~pl.col("file").is_in(torchrun_files)).then(task).otherwise(pl.col("rank")).alias("rank")
-        )
+        ev = ev.with_columns(pl.when(pl.col("rank").is_null()).then(task).otherwise(pl.col("rank")).alias("rank"))
     ev = _exception_twins(ev)
     # (host, local_rank) -> rank from any event that states both (torchrun summaries).
     both = ev.select("host", "local_rank", "rank").filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
@@ -660,10 +658,35 @@ def under_torchrun(ev: pl.DataFrame) -> bool:
     )
 
 
+def _slurm_seen(ev: pl.DataFrame) -> bool:
+    """Did Slurm run this job, as far as the files show (its own lines, sacct, a job record,
+    SLURM_* in an environment dump)? Only then is a leading ``N: `` srun's task label (ctest
+    and other tools number their lines the same way)."""
+    return bool(ev.filter(pl.col("source").cast(pl.String).is_in(["slurm", "sacct"]) | (pl.col("kind") == Kind.JOB_STATE.value)
+                          | ((pl.col("source") == "envdump") & pl.col("attrs").str.contains("SLURM_", literal=True))).height)
+
+
+def tasks_are_ranks(ev: pl.DataFrame) -> bool:
+    """Is an srun task id (SLURM_PROCID) the global rank? Yes when srun started one task per
+    rank (and Slurm ran the job: ``_slurm_seen``); no under torchrun (one elastic agent per node starts the node's ranks), and no when
+    the step that Slurm recorded had fewer tasks than NCCL's world has ranks (one launcher
+    per node of any kind)."""
+    if under_torchrun(ev) or not _slurm_seen(ev):
+        return False
+    init = ev.filter(pl.col("kind") == Kind.COMM_INIT.value)
+    nranks = init.select(_attr("attrs", "nranks", pl.Int64).max()).item() if init.height else None
+    if not nranks:
+        return True
+    tasks = [attrs_of(a).get("ntasks") for a in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["attrs"].drop_nulls().to_list()[:10_000]]
+    counts = [t for t in tasks if isinstance(t, int) and t > 0]
+    return not counts or max(counts) >= nranks
+
+
 def slurm_task_hosts(ev: pl.DataFrame) -> dict[int, str]:
     """Rank -> node as srun's task exit records say (``srun: error: n2: tasks 2-3: Exited ...``);
-    empty under torchrun, where a task id is a node index, not a rank."""
-    if under_torchrun(ev):
+    empty unless a task id is the global rank (``tasks_are_ranks``: under torchrun a task is a
+    node's agent, not a rank)."""
+    if not tasks_are_ranks(ev):
         return {}
     exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
     pairs: dict[int, str] = {}
@@ -681,7 +704,7 @@ def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     """Rank -> node from what Slurm says about its tasks: ``srun: error: n2: tasks 2-3:
     Exited ...`` names the node of those tasks. Under srun with one task per rank a task id
     is the global rank; under torchrun (ranks with local ranks) it is the node index, so
-    the mapping is used only when no torchrun prefix was seen."""
+    the mapping is used only when tasks are ranks (``tasks_are_ranks``)."""
     pairs = slurm_task_hosts(ev)
     if not pairs:
         return ev
@@ -690,11 +713,11 @@ def _slurm_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def _launcher_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
-    """Under torchrun started by srun (one task per node), a launcher line's ``srun -l`` task
-    label is its node: the node that ``srun: error: <node>: task <n>`` names for task n, else
+    """Under torchrun started by srun (one task per node), a line's ``srun -l`` task label
+    (a launcher's, or a rank's that torchrun printed unprefixed) is its node: the node that ``srun: error: <node>: task <n>`` names for task n, else
     the n-th node of the job's NodeList when there are as many tasks as nodes (srun numbers
     the tasks of a one-task-per-node step in NodeList order)."""
-    if not ev["attrs"].str.contains('"srun_task"', literal=True).any() or not under_torchrun(ev):
+    if not ev["attrs"].str.contains('"srun_task"', literal=True).any() or tasks_are_ranks(ev):
         return ev
     task = _attr("attrs", "srun_task", pl.Int64)
     todo = ev.filter(pl.col("host").is_null() & pl.col("attrs").str.contains('"srun_task"', literal=True))

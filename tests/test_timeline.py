@@ -245,6 +245,44 @@ def test_launcher_lines_land_on_their_node_by_srun_task() -> None:
     assert starts["host"].to_list() == ["n1", "n2", "n3", "n4"]
 
 
+def _task_step(task: int, line: int, **kw) -> pl.DataFrame:  # type: ignore[no-untyped-def]
+    # an application line behind srun -l's "N: " label (applog keeps N as attrs.srun_task)
+    return make_event(kind="train_step", source="applog", host=None, t=10 + line, file="slurm-7.out", line=line,
+                      message="step 5 loss 2.0", attrs={"step": 5, "srun_task": task}, **kw)
+
+
+def test_srun_task_is_the_rank_under_plain_srun() -> None:
+    """srun with one task per rank: SLURM_PROCID is the rank (the task label becomes the rank)."""
+    tl = _tl([_nodelist(["n1", "n2"]), _task_step(0, 1), _task_step(3, 2)])
+    assert tl.events.filter(pl.col("kind") == "train_step")["rank"].to_list() == [0, 3]
+
+
+def test_a_line_number_label_is_no_srun_task_without_slurm() -> None:
+    """ctest numbers a test's output lines "91: " as srun -l does; with nothing from Slurm in
+    the files the label is nobody's rank."""
+    tl = _tl([_task_step(91, 1)])
+    assert tl.events.filter(pl.col("kind") == "train_step")["rank"].to_list() == [None]
+
+
+def test_srun_task_is_a_node_under_torchrun() -> None:
+    """Under torchrun a task is a node's agent: an unprefixed rank line behind "1: " is on the
+    job's second node, with no rank from its task."""
+    frames = _torchrun_job([0.0, 0.0]) + [_task_step(1, 60)]
+    step = _tl(frames).events.filter(pl.col("kind") == "train_step")
+    assert step["rank"].to_list() == [None] and step["host"].to_list() == ["n2"]
+
+
+def test_srun_task_is_no_rank_when_the_step_had_fewer_tasks_than_ranks() -> None:
+    """Slurm recorded a step of 2 tasks on 2 nodes, NCCL's world has 16 ranks: one launcher
+    per node (any launcher), so a task names the node, not a rank."""
+    step = make_event(kind="job_state", source="sacct", host=None, file="sacct.txt", line=2, message="7.0 COMPLETED",
+                      attrs={"state": "FAILED", "nodes": ["n1", "n2"], "ntasks": 2})
+    init = make_event(kind="comm_init", source="nccl", host="n1", pid=10, file="nccl.log", line=1, message="Init COMPLETE",
+                      attrs={"rank": 0, "nranks": 16})
+    ev = _tl([step, init, _task_step(0, 1), _task_step(1, 2)]).events.filter(pl.col("kind") == "train_step")
+    assert ev["rank"].to_list() == [None, None] and ev["host"].to_list() == ["n1", "n2"]
+
+
 def test_clock_skew_from_launcher_start_and_step_signal() -> None:
     """Two anchors (every agent starts, every agent gets the step's SIGTERM) agree that n3 is
     5.2 s behind: its events are shifted and the offset is reported."""
@@ -394,6 +432,25 @@ def test_a_catalog_cause_in_a_net_plugin_warn_the_nccl_source_reads_generically_
     assert _tl([nccl("completion"), cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
 
 
+def test_a_catalog_cause_gives_way_to_a_source_reading_of_the_same_cause() -> None:
+    # NCCL's IB retry-exceeded completion: the NCCL source reads status 12, which
+    # nccl-ib-completion-error reads as fabric_timeout, the catalog's cause: one fact, one event
+    msg = "NET/IB : Got completion from peer 10.10.1.7<51234> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+    src = make_event(kind="network_error", source="nccl", host="node001", file="rank3.log", line=9, message=msg,
+                     attrs={"transport": "ib", "error_type": "completion", "status": 12})
+    cat = make_event(kind="network_error", source="catalog", host=None, file="rank3.log", line=9, message=msg,
+                     attrs={"catalog": "nccl", "name": "ib_completion_retry_exceeded", "cause": "fabric_timeout", "role": "cause"})
+    assert _tl([src, cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
+    # the same text echoed in another file (a DistBackendError's "Last error:") is the same fact too
+    echo = make_event(kind="network_error", source="catalog", host=None, file="launcher.log", line=2, message=msg,
+                      attrs={"catalog": "nccl", "name": "ib_completion_retry_exceeded", "cause": "fabric_timeout", "role": "cause"})
+    assert _tl([src, echo]).events["source"].cast(pl.String).to_list() == ["nccl"]
+    # a catalog reading of another cause on that line is not the same reading: it stays
+    other = make_event(kind="network_error", source="catalog", host=None, file="rank3.log", line=9, message=msg,
+                       attrs={"catalog": "x", "name": "y", "cause": "node_failure", "role": "cause"})
+    assert sorted(_tl([src, other]).events["source"].cast(pl.String).to_list()) == ["catalog", "nccl"]
+
+
 def test_a_catalog_cause_in_a_warn_the_nccl_source_has_no_parser_for_stays() -> None:
     # NCCL graph/topo.h ncclTopoIdToNetDev's WARN: the NCCL source's fallback reads it as an
     # nccl_error with no error_type and no failed call; the catalog's cause stays beside it
@@ -406,3 +463,7 @@ def test_a_catalog_cause_in_a_warn_the_nccl_source_has_no_parser_for_stays() -> 
     # a WARN the source read as a failed system call keeps only the source's event
     call = make_event(**base, attrs={"call": "ibv_modify_qp", "errno_text": "Invalid argument"})
     assert _tl([call, cat]).events["source"].cast(pl.String).to_list() == ["nccl"]
+    # a catalog reading that names no cause gives way to any reading of the line
+    ctx = make_event(kind="nccl_error", source="catalog", host=None, file="log.txt", line=3, message=msg,
+                     attrs={"catalog": "nccl", "name": "n", "cause": None, "role": "symptom"})
+    assert _tl([call, ctx]).events["source"].cast(pl.String).to_list() == ["nccl"]

@@ -18,9 +18,10 @@ Identity, first match wins: ``[rankN]:`` (global rank), mpirun ``--tag-output``
 ``[jobid,N]<stdout>:``, DeepSpeed ``[Rank N]`` / ``[rank N/W]`` (also right after the level:
 ``... - INFO - [rank 1/4] name - msg``) / a leading ``rank=N``, ``RANK N``,
 ``global_rank N`` field, Lightning's ``Initializing distributed: GLOBAL_RANK: N`` (learned for the
-rest of an unprefixed file when it is the only rank such a line names), ``srun -l`` task id
-when no torchrun ``[defaultN]:`` prefix says srun started one launcher per node (then the task
-is the node, kept as ``srun_task``), else the file name (``rank3.log``) via ``FileInfo``.
+rest of an unprefixed file when it is the only rank such a line names), else the file name
+(``rank3.log``) via ``FileInfo``. An ``srun -l`` task id is SLURM_PROCID, not a rank: it is kept
+as ``srun_task`` on every event of the line, and the timeline makes it the rank when srun
+started one task per rank, the node when a task is a node's launcher (torchrun).
 
 Kinds and attrs:
 
@@ -380,6 +381,7 @@ class _Row:
     local_rank: int | None
     host: str | None
     severity: Severity = Severity.INFO
+    task: int | None = None  # the srun --label task of the line (attrs.srun_task)
 
 
 class _Series:
@@ -519,8 +521,16 @@ class ApplogSource(LineSource):
         p = _Parser(ctx)
         feed_guarded(ctx, lines, p.line, p.finish)
         for r in sorted(p.out, key=lambda r: r.line):
+            if r.task is not None:
+                r.attrs.setdefault("srun_task", r.task)
             ctx.emit(r.kind, r.line, r.message, severity=r.severity, time=r.time, time_quality=r.tq,
                      host=r.host, rank=r.rank, local_rank=r.local_rank, attrs=r.attrs)
+
+
+def _who(st: _Stream) -> str:
+    if st.rank is not None:
+        return f"rank {st.rank}"
+    return f"srun task {st.task}" if st.task is not None else "this file"
 
 
 def _strip_prefixes(raw: str) -> tuple[tuple[int | None, int | None, int | None, int | None], str]:
@@ -625,17 +635,16 @@ class _Parser:
         if "GLOBAL_RANK: " in msg and (m := _LIGHTNING_INIT.search(msg)):
             self.learned_ranks.add(int(m.group("rank")))
             self.learned_rank = int(m.group("rank")) if len(self.learned_ranks) == 1 else None
-        # identity: launcher prefix > mpirun tag > message field > srun task (one rank per task) > learned
+        # identity: launcher prefix > mpirun tag > message field > learned; an srun task is
+        # kept as attrs.srun_task (the timeline makes it the rank under plain srun, the node
+        # under torchrun, where one task is a node's agent and its ranks print unprefixed)
         rank = p_rank if p_rank is not None else mpi if mpi is not None else line_rank
-        use_task = task is not None and p_lr is None and rank is None
-        if use_task:
-            rank = task
         if rank is None and p_lr is None and task is None and self.learned_rank is not None:
             rank = self.learned_rank
-        key = (rank, p_lr, None if use_task else task, host)
+        key = (rank, p_lr, task, host)
         st = self.streams.get(key)
         if st is None:
-            st = self.streams[key] = _Stream(rank=rank, local_rank=p_lr, host=host, task=None if use_task else task)
+            st = self.streams[key] = _Stream(rank=rank, local_rank=p_lr, host=host, task=task)
         if st.seen_line != n:
             st.seen_line = n
             st.lines += 1
@@ -649,16 +658,16 @@ class _Parser:
                 # The line before a silence: where a rank that stopped and came back (or whose
                 # peers stopped answering) was when it went quiet.
                 st.gaps += 1
-                who = f"rank {st.rank}" if st.rank is not None else "this file"
+                who = _who(st)
                 self.out.append(_Row(Kind.ACTIVITY, st.last_line,
                                      f"last line of {who} before {(hdr.time - st.last_time) / 1e9:.0f} s of silence: {st.last_message[:160]}",
                                      {"gap_s": round((hdr.time - st.last_time) / 1e9, 3), "resumed_at": _iso(hdr.time), "resumed_line": n},
-                                     st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
+                                     st.last_time, st.last_tq, st.rank, st.local_rank, st.host, task=st.task))
             st.last_time, st.last_tq, st.last_line = hdr.time, hdr.tq, n
             st.last_message = excerpt[:EXCERPT]
         if "pid=" in excerpt and len(st.pids) < 2 and (pm := _OWN_PID.search(excerpt[:240])):
             st.pids.add(int(pm.group(1)))
-        base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host)
+        base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host, task=task)
         if self.run_ends < MAX_RUN_ENDS:
             for framework, rx in _RUN_END:
                 if rx.search(excerpt):
@@ -954,7 +963,7 @@ class _Parser:
                 ident = (row.rank, row.local_rank, row.host) if row.rank is not None or row.local_rank is not None \
                     else (s0.rank, s0.local_rank, row.host or s0.host)
                 self.out.append(_Row(Kind.CHECKPOINT, row.line, f"checkpoint save returned (training went on): {s0.message[:160]}",
-                                     attrs, row.time, row.tq, *ident))
+                                     attrs, row.time, row.tq, *ident, task=row.task))
             st.open_saves = still
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -998,10 +1007,10 @@ class _Parser:
                 st.open_saves.append(row)
             elif st.open_saves:
                 st.open_saves = []
-            elif base["rank"] is None and base["local_rank"] is None and (owner := self._save_owner(attrs, st)) is not None:
+            elif base["rank"] is None and base["local_rank"] is None and base["task"] is None and (owner := self._save_owner(attrs, st)) is not None:
                 # An end printed without any identity (DeepSpeed's "is ready now!" is a plain
                 # logger.info) that names the save one other rank of this file opened: that rank's.
-                row.rank, row.local_rank, row.host = owner.rank, owner.local_rank, owner.host
+                row.rank, row.local_rank, row.host, row.task = owner.rank, owner.local_rank, owner.host, owner.task
                 attrs["rank_from"] = "matching start"
                 owner.open_saves = []
             return True
@@ -1072,9 +1081,9 @@ class _Parser:
                     attrs["srun_task"] = st.task
                 if len(st.pids) == 1:
                     attrs["pid"] = next(iter(st.pids))
-                who = f"rank {st.rank}" if st.rank is not None else "this file"
+                who = _who(st)
                 self.out.append(_Row(Kind.ACTIVITY, st.last_line, f"last time-stamped line of {who}: {st.last_message[:160]}",
-                                     attrs, st.last_time, st.last_tq, st.rank, st.local_rank, st.host))
+                                     attrs, st.last_time, st.last_tq, st.rank, st.local_rank, st.host, task=st.task))
         for r in self.out:
             r.attrs.pop("_implied_ok", None)
 

@@ -31,7 +31,8 @@ Kinds: each hit's catalog ``kind`` (cuda_error, cuda_oom, nccl_error, network_er
 link_event, host_oom, job_state, job_cancel, node_state, process_exit, exception,
 log_error, comm_abort). attrs: catalog, name, code, cause (taxonomy label or null), role
 (cause|symptom|context), mono/boot for dmesg boot-relative stamps (as the kernel source),
-task (srun --label task id; the rank column only from ``[rankN]:`` or mpirun),
+srun_task (srun --label task id, SLURM_PROCID: the timeline makes it the rank under plain
+srun, the node's launcher under torchrun; the rank column only from ``[rankN]:`` or mpirun),
 plus what the entry's pattern captured (status, vendor_err, peer, pci, signal, exit_code,
 errno, ...). The gpu column is set from a captured PCI address.
 One event per hit and (catalog, cause, role): a line may hold several (``NCCL error ...
@@ -222,7 +223,7 @@ class CatalogSource(LineSource):
                 for k, v in h.attrs.items():
                     attrs.setdefault(k, v)
                 if env.task is not None:
-                    attrs.setdefault("task", env.task)
+                    attrs.setdefault("srun_task", env.task)
                 gpu = normalize_pci(str(h.attrs["pci"])) if h.attrs.get("pci") else None
                 msg = _segment(text, h.span, env.body).strip() or text.strip()
                 # A text that names where it happened (mpirun's "process rank 140 ... on node

@@ -421,6 +421,9 @@ class PytorchSource(LineSource):
         p = _Parser(ctx)
         feed_guarded(ctx, lines, p.line, p.finish)
         for ev in sorted(p.events, key=lambda e: e.line):
+            task = p.line_task.get(ev.line)
+            if task is not None and "srun_task" not in ev.attrs:
+                ev.attrs["srun_task"] = task  # SLURM_PROCID; the timeline decides whether it is a rank
             ctx.emit(ev.kind, ev.line, ev.message, severity=ev.severity, time=ev.time, time_quality=ev.tq,
                      host=ev.host, rank=ev.rank, local_rank=ev.local_rank, pid=ev.pid, gpu_index=ev.gpu_index,
                      attrs=ev.attrs or None)
@@ -447,6 +450,7 @@ class _Parser:
         self.cont: tuple[int, dict[str, Any]] | None = None  # (line, identity) of the record the next line may continue
         self.ident: dict[str, Any] | None = None  # the current line's record identity (its own header's or inherited)
         self.spawn: tuple[int, int] | None = None  # (line, index) of the last mp.spawn "-- Process N terminated" banner
+        self.line_task: dict[int, int] = {}  # line -> its srun --label task id
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
@@ -471,6 +475,8 @@ class _Parser:
         if "\r" in raw:
             raw = _shown(raw)
         prefix, text = split_prefix(raw)
+        if prefix.task is not None:
+            self.line_task[n] = prefix.task
         ident: dict[str, Any] | None = None
         if prefix.task is None and prefix.local_rank is None and prefix.rank is None:
             starts, rank, t, tq = self.headers.read(text.rstrip("\r\n"))

@@ -154,7 +154,7 @@ def test_bounding_is_per_rank():
     lines = [f"{r}: step {i} loss 1.0" for i in range(1, 2001) for r in range(3)]
     rows, _ = _rows("\n".join(lines) + "\n")
     steps = _kind(rows, "train_step")
-    by_rank = {r: [s for s in steps if s["rank"] == r] for r in range(3)}
+    by_rank = {r: [s for s in steps if s["attrs"]["srun_task"] == r] for r in range(3)}
     assert all(0 < len(v) <= 300 for v in by_rank.values())
     assert all(max(s["attrs"]["step"] for s in v) == 2000 for v in by_rank.values())
 
@@ -219,7 +219,7 @@ def test_checkpoint_lines(line, phase, fw):
 @pytest.mark.parametrize("line,rank,local_rank", [
     ("[rank5]:2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0", 5, None),
     ("[default3]:2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0", None, 3),
-    ("12: 2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0", 12, None),  # srun -l, one task per rank
+    ("12: 2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0", None, None),  # srun -l: a task, attrs.srun_task
     ("[1,7]<stdout>:2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0", 7, None),
     ("2026-09-17 04:05:01,100 - train - INFO - rank=9 step 1 loss 2.0", 9, None),
     ("2026-09-17 04:05:01,100 - train - INFO - [RANK 4] step 1 loss 2.0", 4, None),
@@ -229,6 +229,17 @@ def test_checkpoint_lines(line, phase, fw):
 def test_identity_from_prefixes_and_fields(line, rank, local_rank):
     (s,) = _kind(_rows(line + "\n")[0], "train_step")
     assert (s["rank"], s["local_rank"]) == (rank, local_rank)
+
+
+def test_srun_task_is_kept_as_the_task_not_a_rank():
+    # srun -l's label is SLURM_PROCID: a rank under plain srun, a node's agent under torchrun;
+    # the source keeps it on every event of the line and the timeline decides
+    rows, _ = _rows("12: 2026-09-17 04:05:01,100 - train - INFO - step 1 loss 2.0\n"
+                    " 3: [default1]:2026-09-17 04:05:02,100 - train - INFO - step 1 loss 2.0\n")
+    steps = _kind(rows, "train_step")
+    assert [(s["rank"], s["local_rank"], s["attrs"]["srun_task"]) for s in steps] == [(None, None, 12), (None, 1, 3)]
+    acts = _kind(rows, "activity")
+    assert sorted(a["attrs"]["srun_task"] for a in acts) == [3, 12]
 
 
 @pytest.mark.parametrize("line,rank", [
