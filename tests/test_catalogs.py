@@ -629,3 +629,31 @@ def test_part_p_node_reasons_nvml_clients_nccl_truncation_ray_check_and_fuse_tex
     assert report.confidence < 0.8
     if node is not None:
         assert report.implicated.nodes == [node]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cause"),
+    [
+        # aws-ofi-nccl's current log_cq_error form (include/nccl_ofi_platform.h): FI_EHOSTUNREACH,
+        # which EFA returns when the security group drops the packets: the fabric
+        ("nccl.log", "ip-10-1-2-3:4242:4300 [1] NCCL WARN NET/OFI Request 0x7f00aa01b2c0 ({ dev: 0, size: 1048576, state: PENDING, "
+         "type: SEND }) completed with error: err: 113, flags: 2048, prov_errno: 15, strerror: Unreachable remote - never received "
+         "a response, len: 0\n", "fabric_timeout"),
+        # ... FI_ENOTCONN (EFA: the peer's QP is gone, its process exited): what a survivor sees, no cause
+        ("nccl.log", "ip-10-1-2-3:4242:4300 [1] nccl_net_ofi_rdma.cpp:1620 NCCL WARN NET/OFI Request 0x7f00aa01b2c0 seq 12 completed "
+         "with error. RC: 107. Flags: 0. Error: 9 (Bad queue pair (QP) number (QP does not exist or is in error state)). "
+         "Completed length: 0, Request: {dev: 1, size: 0}\n", "unknown"),
+        # libfabric EFA's own record with ECONNABORTED (a remote abort): a symptom too
+        ("job.err", "libfabric:4321:1700000000::efa:cq:rxr_cq_write_tx_error():227<warn> rxr_cq_write_tx_error: err: 103, "
+         "prov_err: Receiver connection aborted (8)\n", "unknown"),
+        # a bare ENOTCONN from a socket call names no cause; on a path it is a dead FUSE mount
+        ("rank3.log", "[rank3]: ConnectionError: [Errno 107] Transport endpoint is not connected\n", "unknown"),
+        ("rank3.log", "[rank3]: OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/ckpt/step_100'\n", "storage_stall"),
+    ],
+)
+def test_peer_gone_errnos_are_symptoms_and_fabric_errnos_causes(tmp_path: Path, name: str, text: str, cause: str) -> None:
+    from crashscope.pipeline import analyze
+
+    (tmp_path / name).write_text(text)
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == cause
