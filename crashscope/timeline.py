@@ -688,15 +688,23 @@ def slurm_task_hosts(ev: pl.DataFrame) -> dict[int, str]:
     node's agent, not a rank)."""
     if not tasks_are_ranks(ev):
         return {}
+    return _srun_exit_task_hosts(ev)
+
+
+def _srun_exit_task_hosts(ev: pl.DataFrame, one_task_only: bool = False) -> dict[int, str]:
+    """srun task id -> node as srun's task exit records name them (``srun: error: n2: tasks
+    2-3: Exited ...``); a record naming several nodes says nothing per task. ``one_task_only``
+    keeps only records of a single task."""
     exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
     pairs: dict[int, str] = {}
     for a in exits["attrs"].to_list():
         d = attrs_of(a)
         hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
-        if len(hosts) == 1 and isinstance(hosts[0], str):
-            for t in tasks[:100_000]:
-                if isinstance(t, int):
-                    pairs.setdefault(t, hosts[0])
+        if len(hosts) != 1 or not isinstance(hosts[0], str) or (one_task_only and len(tasks) != 1):
+            continue
+        for t in tasks[:100_000]:
+            if isinstance(t, int):
+                pairs.setdefault(t, hosts[0])
     return pairs
 
 
@@ -723,13 +731,7 @@ def _launcher_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     todo = ev.filter(pl.col("host").is_null() & pl.col("attrs").str.contains('"srun_task"', literal=True))
     if todo.height == 0:
         return ev
-    said: dict[int, str] = {}
-    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
-    for a in exits["attrs"].to_list():
-        d = attrs_of(a)
-        hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
-        if len(hosts) == 1 and isinstance(hosts[0], str) and len(tasks) == 1 and isinstance(tasks[0], int):
-            said.setdefault(tasks[0], hosts[0])
+    said = _srun_exit_task_hosts(ev, one_task_only=True)
     nodes = _job_nodes(ev)
     seen = ev.filter(pl.col("attrs").str.contains('"srun_task"', literal=True)).select(task.alias("t"))["t"].drop_nulls()
     layout: dict[int, str] = {}
@@ -756,15 +758,7 @@ def _task_file_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     guess). Under srun alone a task is a rank and ``_slurm_task_hosts`` places it."""
     if not under_torchrun(ev):
         return ev
-    said: dict[int, str] = {}
-    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm") & pl.col("attrs").str.contains('"tasks"', literal=True))
-    for a in exits["attrs"].to_list():
-        d = attrs_of(a)
-        hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
-        if len(hosts) == 1 and isinstance(hosts[0], str):
-            for t in tasks[:100_000]:
-                if isinstance(t, int):
-                    said.setdefault(t, hosts[0])
+    said = _srun_exit_task_hosts(ev)
     if not said:
         return ev
     jobs = {j for j in ev.filter(pl.col("kind") == Kind.JOB_STATE.value)["job_id"].drop_nulls().to_list()}
