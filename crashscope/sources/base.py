@@ -559,8 +559,13 @@ class LinePrefix:
 # mpirun --tag-output: "[<jobid>,<vpid>]<stdout>:" (Open MPI 4, orte/mca/iof/base/iof_base_setup.c;
 # Open MPI 5 / PRRTE "--output tag" adds a space), the vpid being the MPI_COMM_WORLD rank;
 # horovodrun "[<index>]<stdout>:" (horovod/runner/common/util/safe_shell_exec.py prefix_connection).
+# pdsh puts "<host>: " before every line of a remote command (dshbak(1), pdsh 2.31: "the
+# leading 'node:'"), so DeepSpeed's multi-node launcher (deepspeed/launcher/multinode_runner.py
+# PDSHRunner) shows "<host>: [rank14]: ..."; the host is read as a prefix only when a
+# torchrun/c10 tag follows it and it is not all digits (that is srun's task id).
 _PREFIX = lazy_compile(
-    r"""^(?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
+    r"""^(?:(?=[\w.-]*[A-Za-z.])[A-Za-z0-9][\w.-]{0,62}:\ (?=\[(?:rank|default)\d+\]:))?   # pdsh "host: "
+        (?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
         (?:\[(?:\d{1,9},)?(?P<mpi>\d{1,7})\]<std(?:out|err|diag)>:\ ?)?   # mpirun / horovodrun tag
         (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
         (?:\[rank(?P<rank>\d+)\]:\s?)?                 # c10 / python "[rank3]:"
@@ -574,6 +579,8 @@ def split_prefix(text: str) -> tuple[LinePrefix, str]:
 
     >>> split_prefix(" 3: [default1]:[rank9]:[E0917 04:21:41.1 x.cpp:1] hi")
     (LinePrefix(task=3, local_rank=1, rank=9), '[E0917 04:21:41.1 x.cpp:1] hi')
+    >>> split_prefix("100.83.191.29: [rank14]: RuntimeError: x")
+    (LinePrefix(task=None, local_rank=None, rank=14), 'RuntimeError: x')
     """
     m = _PREFIX.match(text)
     if not m or m.end() == 0:
