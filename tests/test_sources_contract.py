@@ -110,6 +110,13 @@ def test_launcher_prefixes_name_the_rank_and_leave_the_program_line():
         "[1,2]<stdout>:[rank5]: x": (None, None, 5, "x"),
         " 3: [default1]:[rank9]:hi": (3, 1, 9, "hi"),
         "[1,3] <stdout>: not a tag": (None, None, None, "[1,3] <stdout>: not a tag"),
+        # pdsh "<host>: " (DeepSpeed's multi-node launcher) before a torch tag; an all-digit
+        # label stays srun's task id; a host with no torch tag after it is left alone
+        "100.83.191.29: [rank14]: RuntimeError: x": (None, None, 14, "RuntimeError: x"),
+        "worker-1: [default3]:[rank9]: hi": (None, 3, 9, "hi"),
+        "12: [rank0]: x": (12, None, 0, "x"),
+        "node04: Traceback (most recent call last):": (None, None, None, "node04: Traceback (most recent call last):"),
+        "a b: [rank1]: x": (None, None, None, "a b: [rank1]: x"),
     }
     for line, (task, lr, rank, rest) in cases.items():
         p, text = split_prefix(line)
