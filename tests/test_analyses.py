@@ -437,3 +437,28 @@ def test_a_step_the_controller_ended_before_any_task_died_was_cancelled_from_out
     # a banner that says why is its own rule's; a banner alone in a paste says no order
     assert step_cancelled(make_events(*prog, dict(banner, attrs={**banner["attrs"], "reason": "TIME LIMIT"}), abort, killed), 3) == []
     assert step_cancelled(make_events(*prog, banner), 3) == []
+
+
+def _undated(row: dict) -> dict:
+    # per-task output of a script that prints no stamps (benchmarks/lab/train_other.py under srun)
+    out = {k: v for k, v in row.items() if k != "t"}
+    return dict(out, time=None, time_quality=None)
+
+
+def test_several_silent_ranks_with_no_time_are_all_suspects():
+    # Ranks 1 and 3 (one on each node) said nothing while 0 and 2 timed out, and no line has a
+    # time: which of the two stopped first cannot be read, so both are named (before: rank 1
+    # alone, for its lower number).
+    ev = make_events(*[_undated(_progress(r, 0.0, line=10)) for r in range(4)],
+                     *[_undated(_timeout(r, 0.0)) for r in (0, 2)])
+    (f,) = silent_ranks(ev, 4)
+    assert f.ranks == (1, 3) and f.hosts == ("n1", "n2")
+    assert f.weight == RANK_WEIGHT < 0.8
+    assert "which of them stopped first is not known" in f.title
+
+
+def test_with_times_only_the_rank_that_stopped_first_is_the_suspect():
+    ev = make_events(_progress(0, 0.0), _progress(1, 0.5), _progress(2, 0.01), _progress(3, 0.02),
+                     *[_timeout(r, 30.2) for r in (0, 2)])
+    (f,) = silent_ranks(ev, 4)
+    assert f.ranks == (3,)

@@ -67,3 +67,33 @@ def test_silent_agent_needs_the_others_peer_loss(tmp_path: Path) -> None:
         (job / name).write_text("\n".join(lines) + "\n")
     report, _, _ = analyze(job)
     assert not [e for e in report.evidence if e.rule == "silent-agent"]
+
+
+def test_torchruns_own_sigkill_after_the_grace_period_is_no_oom_evidence() -> None:
+    # Rank 1 (SIGSTOPped) ignored the agent's SIGTERM; 30 s later torchrun logged "Unable to
+    # shutdown process 23268 via 15, forcefully exiting via 9" and listed the worker with
+    # "exitcode  : -9 (pid: 23268)": that -9 is the launcher's kill, not the OOM killer's.
+    r = _report("stop")
+    oom_rules = {"torchrun-worker-sigkill", "catalog-worker-sigkill", "catalog-oom-context"}
+    assert not [e for e in r.evidence if e.rule in oom_rules]
+    assert r.cause != "oom"
+
+
+def test_a_sigkill_of_another_worker_still_reads_as_weak_oom(tmp_path: Path) -> None:
+    # The same table where the -9 is another pid than the one torchrun force-killed: no teardown
+    # explains it, so it stays the weak OOM evidence it was.
+    text = (DATA / "stop" / "train.log").read_text()
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.log").write_text(text.replace("Unable to shutdown process 23268", "Unable to shutdown process 23270"))
+    assert {"torchrun-worker-sigkill", "catalog-worker-sigkill"} <= _fired(job)
+    assert not {"torchrun-worker-sigkill", "catalog-worker-sigkill"} & _fired(DATA / "stop")
+
+
+def _fired(job: Path) -> set[str]:
+    from crashscope.pipeline import find, load_timeline
+    from crashscope.verdict import _this_job
+
+    tl = load_timeline(job).timeline
+    findings, _ = find(_this_job(tl.events, tl.job_id), tl.world_size)
+    return {f.rule_id for f in findings}

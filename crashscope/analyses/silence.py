@@ -119,10 +119,21 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         title = f"Every rank of {', '.join(dead_nodes)} fell silent while the ranks of other nodes reported losing them"
     else:
         first = order[0]
-        ranks = sorted(r for r in order if last[r]["_t"] == last[first]["_t"]) if last[first]["_t"] is not None else [first]
+        # No silent rank's last line has a time (a script that prints no stamps): which stopped
+        # first is not known, so every silent rank is a suspect, not the lowest-numbered one.
+        undated = all(last[r]["_t"] is None for r in order)
+        if undated:
+            ranks = sorted(order)
+        elif last[first]["_t"] is not None:
+            ranks = sorted(r for r in order if last[r]["_t"] == last[first]["_t"])
+        else:
+            ranks = [first]
         hosts = sorted({host_of[r] for r in ranks if host_of.get(r)})
         weight = NAMED_WEIGHT if set(ranks) & named else RANK_WEIGHT
-        if set(ranks) & named:
+        if undated and len(ranks) > 1 and not set(ranks) & named:
+            title = (f"Ranks {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed "
+                     "waiting; their lines carry no time, so which of them stopped first is not known")
+        elif set(ranks) & named:
             title = f"Rank {', '.join(map(str, ranks))} stopped answering: the barrier named it as the rank that did not arrive, while {len(peers)} peer rank(s) failed waiting"
         elif set(ranks) <= late:
             title = (f"Rank {', '.join(map(str, ranks))} fell silent while {len(peers)} peer rank(s) timed out waiting for it, "

@@ -31,7 +31,7 @@ Rule file fields, in this order: `id` (kebab-case, never reused), `title`, `stat
 `match` holds named selections (`kinds`, `sources`, `severity`, `attrs.<key>` with a value,
 a list, or `{equals|in|gte|lte|exists|re|contains: ...}`, `message|re`, `message|contains`)
 and `condition` (`and`/`or`/`not`/parentheses), plus the cross-event keys `within` /
-`not_within` (`{selection, seconds, direction: before|after|any, same: host|gpu|rank}`),
+`not_within` (`{selection, seconds, direction: before|after|any, same: host|gpu|rank|pid}`),
 `min_ranks`, `min_fraction_of_ranks`, `differs_across_hosts` (+ `group_by`), `absent`,
 `ranks_from` and `detector` (+ `detector_args`). `culprit` is `event`, `earliest`,
 `minority`, `absent_ranks`, `named_ranks` or `none`. `tests` has `hit`/`miss` examples

@@ -6,9 +6,11 @@ constraints in Python over the (small) matched set:
 
 * ``within`` / ``not_within``: keep / drop a matched event if an event of another selection
   occurs within ``seconds`` before/after it (on the same host/gpu/rank; when either event
-  lacks that column, "same" means the same file of the same host, i.e. the same process log). Events without a
+  lacks that column, "same" means the same file of the same host, i.e. the same process log; ``same: pid``
+  compares the process each event is about, ``attrs.pid`` else the ``pid`` column, and needs both). Events without a
   time are ordered by line number when both come from the same file; otherwise the order is
-  unknown, which satisfies neither ``within`` nor ``not_within``'s exclusion.
+  unknown, which satisfies neither ``within`` nor ``not_within``'s exclusion, unless the window
+  asks for no order and no distance (``direction: any`` without ``seconds``).
 * ``min_ranks`` / ``min_fraction_of_ranks``: the matches must cover that many distinct ranks.
 * ``differs_across_hosts: <attrs key>`` (+ ``group_by``): per group, hosts whose value differs
   from the value most hosts report (the minority) are the culprits.
@@ -361,7 +363,7 @@ def evaluate_rule(
 # What the per-rule work reads of a matched row (evidence, windows, culprits, attrs); a
 # detector gets whole rows. Turning 24k rows' every column into Python objects (datetimes
 # first) cost more than the rest of the rule.
-_ROW_COLUMNS = ("_i", "_t", "host", "rank", "gpu", "gpu_index", "file", "line", "source", "kind", "message", "attrs")
+_ROW_COLUMNS = ("_i", "_t", "host", "rank", "gpu", "gpu_index", "pid", "file", "line", "source", "kind", "message", "attrs")
 
 
 def _dicts(matched: pl.DataFrame, rule: Rule) -> list[dict[str, Any]]:
@@ -397,15 +399,32 @@ def _order(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     return None
 
 
+def _about_pid(r: dict[str, Any]) -> int | None:
+    """The process an event is about: ``attrs.pid`` (the worker torchrun signalled or reports on,
+    a catalog text's ``(pid: N)``) before the ``pid`` column (which may be the logging agent's)."""
+    v = _attrs(r).get("pid")
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    return r.get("pid")
+
+
 def _window(rows: list[dict[str, Any]], frame: pl.DataFrame, w: Window, *, keep: bool) -> list[dict[str, Any]]:
-    refs = frame.filter(pl.col(f"_s_{w.selection}")).select("_i", "_t", "file", "line", "host", "gpu", "rank").to_dicts()
+    cols = ["_i", "_t", "file", "line", "host", "gpu", "rank", *(["pid", "attrs"] if w.same == "pid" else [])]
+    refs = frame.filter(pl.col(f"_s_{w.selection}")).select(cols).to_dicts()
     out = []
     for m in rows:
         hit = False
         for r in refs:
             if r["_i"] == m["_i"]:
                 continue
-            if w.same:
+            if w.same == "pid":
+                # A pid names a process on one host only, and only when both events name it.
+                pm, pr = _about_pid(m), _about_pid(r)
+                if pm is None or pm != pr:
+                    continue
+                if (r["host"] != m["host"]) if (m["host"] is not None and r["host"] is not None) else (r["file"] != m["file"]):
+                    continue
+            elif w.same:
                 if m[w.same] is not None and r[w.same] is not None:
                     if r[w.same] != m[w.same]:
                         continue
@@ -413,6 +432,9 @@ def _window(rows: list[dict[str, Any]], frame: pl.DataFrame, w: Window, *, keep:
                     continue
             d = _order(m, r)
             if d is None:
+                if w.direction == "any" and w.seconds is None:
+                    hit = True  # neither order nor distance asked for: that the event exists is enough
+                    break
                 continue
             if w.direction == "after" and d < 0 or w.direction == "before" and d > 0:
                 continue

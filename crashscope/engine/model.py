@@ -16,7 +16,7 @@ STATUSES: tuple[str, ...] = ("experimental", "stable", "deprecated")
 ROLES: tuple[str, ...] = ("cause", "symptom", "context")
 CULPRITS: tuple[str, ...] = ("event", "minority", "absent_ranks", "earliest", "named_ranks", "none")
 ATTR_OPS: tuple[str, ...] = ("equals", "in", "gte", "lte", "exists", "re", "contains")
-SAME_KEYS: tuple[str, ...] = ("host", "gpu", "rank")
+SAME_KEYS: tuple[str, ...] = ("host", "gpu", "rank", "pid")
 DIRECTIONS: tuple[str, ...] = ("before", "after", "any")
 
 

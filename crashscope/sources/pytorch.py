@@ -117,6 +117,7 @@ _PREFILTER_PARTS = (
     # torch <= 1.5 _check_driver: "AssertionError: " with the message on the next line
     r"^The NVIDIA driver on your system is too old",
     r"closing signal SIG",
+    r"forcefully exit",
     r"death signal, shutting down workers",
     r"Setting OMP_NUM_THREADS environment variable for each process",
     r"failed \(exitcode: ",
@@ -267,6 +268,16 @@ _OOM_OLD = lazy_compile(r"\(GPU (?P<dev>\d+); (?P<total>[\d.]+ ?[KMGTP]?i?B) tot
 _SIZE = lazy_compile(r"(?P<num>[\d.]+) ?(?P<unit>[KMGTP]?)(?P<i>i?)B")
 
 _AGENT_CLOSING = lazy_compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+# The agent's close(): a worker still alive after the SIGTERM grace period is SIGKILLed by torchrun
+# itself. pytorch/pytorch torch/distributed/elastic/multiprocessing/api.py, SubprocessContext._close
+# and MultiprocessContext._close: torch 2.x logs "Unable to shutdown process %s via %s, forcefully
+# exiting via %s" (the Signals member: "Signals.SIGTERM", or "15" where str(IntEnum) is its number,
+# Python >= 3.11); torch 1.x an f-string "... forcefully exitting via ..." ("15" / "9");
+# torch/multiprocessing/spawn.py ProcessContext.join: "... via SIGTERM , forcefully exiting via SIGKILL".
+_AGENT_FORCED = lazy_compile(
+    r"Unable to shutdown process (?P<pid>\d+) via (?:Signals\.)?(?P<sig>SIG\w+|\d{1,2}) ?, "
+    r"forcefully exit{1,2}ing via (?:Signals\.)?(?P<kill>SIG\w+|\d{1,2})"
+)
 _AGENT_FAILED = lazy_compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of (?:binary: |fn: )?(?P<bin>.*?)\s*$"
 )
@@ -690,6 +701,17 @@ class _Parser:
             self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=int(am.group("pid")),
                          attrs={"signal": am.group("sig"), "pid": int(am.group("pid")), "direction": "sent",
                                 **({"agent_pid": apid} if apid else {}), **_task(prefix)}, **base))
+            return
+        if am := _AGENT_FORCED.search(msg):
+            # The launcher killing its own worker after the grace period: that worker's later
+            # "exitcode: -9" is this kill, not the OOM killer's (attrs.forced, keyed on the pid).
+            first, kill = am.group("sig"), am.group("kill")
+            attrs = {"signal": kill if not kill.isdigit() else (_signame(-int(kill)) or kill),
+                     "after": first if not first.isdigit() else (_signame(-int(first)) or first),
+                     "pid": int(am.group("pid")), "direction": "sent", "forced": True,
+                     **({"agent_pid": pid} if pid else {}), **_task(prefix)}
+            self.add(_Ev(Kind.SIGNAL, message=short, severity=sev or Severity.WARNING, pid=int(am.group("pid")),
+                         attrs=attrs, **base))
             return
         if am := _AGENT_FAILED.search(msg):
             code = int(am.group("code"))
