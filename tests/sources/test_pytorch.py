@@ -437,3 +437,24 @@ def test_an_exception_message_on_the_next_line_is_not_a_separator_rule():
     msgs = [[r["message"] for r in _rows(t)[0] if r["kind"] == "exception"] for t in (asserted, child)]
     assert any("driver on your system is too old" in m for m in msgs[0]), msgs[0]
     assert msgs[1] and all("====" not in m for m in msgs[1]), msgs[1]
+
+
+def test_torchruns_forced_kill_after_the_grace_period() -> None:
+    # torch/distributed/elastic/multiprocessing/api.py _close, three wordings: torch 2.x on
+    # Python >= 3.11 (tests/data/torchrun_local/stop), torch 1.x's f-string with its typo
+    # (tests/data/real/nvdiffrecmc-21), torch 2.1-2.3's logging envelope on Python < 3.11 (%s of the
+    # Signals member: its name).
+    text = (
+        "W1202 06:13:19.222000 23148 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown "
+        "process 23268 via 15, forcefully exiting via 9\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Unable to shutdown process 5527 via 15, forcefully exitting via 9\n"
+        "[2024-08-10 15:47:06,101] torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown process 188 "
+        "via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL\n"
+    )
+    rows, _ = _rows(text)
+    assert [r["kind"] for r in rows] == ["signal"] * 3
+    assert [r["pid"] for r in rows] == [23268, 5527, 188]
+    for r in rows:
+        assert r["attrs"]["forced"] is True and r["attrs"]["signal"] == "SIGKILL" and r["attrs"]["after"] == "SIGTERM"
+        assert r["attrs"]["direction"] == "sent"
+    assert rows[0]["attrs"]["agent_pid"] == 23148
