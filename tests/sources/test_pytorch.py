@@ -450,10 +450,12 @@ def test_torchruns_forced_kill_after_the_grace_period() -> None:
         "WARNING:torch.distributed.elastic.multiprocessing.api:Unable to shutdown process 5527 via 15, forcefully exitting via 9\n"
         "[2024-08-10 15:47:06,101] torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown process 188 "
         "via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL\n"
+        # torch/multiprocessing/spawn.py ProcessContext.join (mp.spawn, no torchrun)
+        "Unable to shutdown process 4242 via SIGTERM , forcefully exiting via SIGKILL\n"
     )
     rows, _ = _rows(text)
-    assert [r["kind"] for r in rows] == ["signal"] * 3
-    assert [r["pid"] for r in rows] == [23268, 5527, 188]
+    assert [r["kind"] for r in rows] == ["signal"] * 4
+    assert [r["pid"] for r in rows] == [23268, 5527, 188, 4242]
     for r in rows:
         assert r["attrs"]["forced"] is True and r["attrs"]["signal"] == "SIGKILL" and r["attrs"]["after"] == "SIGTERM"
         assert r["attrs"]["direction"] == "sent"
