@@ -121,13 +121,9 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         first = order[0]
         # No silent rank's last line has a time (a script that prints no stamps): which stopped
         # first is not known, so every silent rank is a suspect, not the lowest-numbered one.
-        undated = all(last[r]["_t"] is None for r in order)
-        if undated:
-            ranks = sorted(order)
-        elif last[first]["_t"] is not None:
-            ranks = sorted(r for r in order if last[r]["_t"] == last[first]["_t"])
-        else:
-            ranks = [first]
+        # (order puts dated ranks first: the first has no time only when none has one.)
+        undated = last[first]["_t"] is None
+        ranks = sorted(order) if undated else sorted(r for r in order if last[r]["_t"] == last[first]["_t"])
         hosts = sorted({host_of[r] for r in ranks if host_of.get(r)})
         weight = NAMED_WEIGHT if set(ranks) & named else RANK_WEIGHT
         if undated and len(ranks) > 1 and not set(ranks) & named:
