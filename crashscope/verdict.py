@@ -109,6 +109,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         v.missing.append(dumps_missing)
     deciding = [f for f in findings if f.status == "stable"]
     outcome = job_outcome(ev)
+    hidden = hidden_step_failure(ev) if outcome == "COMPLETED" else None  # why COMPLETED is no success
     slowed = 0.0  # a completed run's slowdown, when the arrival order names who the others waited for
     symptoms = [f for f in deciding if f.role == "symptom"]
     causes = [f for f in deciding if f.role == "cause"]
@@ -136,7 +137,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             _has_failure_events(ev, completed=True)
             or any(f.rule_id in SLOW_RUN_FINDINGS for f in causes)
             or slowed >= ARRIVAL_SLOWDOWN
-            or hidden_step_failure(ev) is not None
+            or hidden is not None
         )
     else:
         failed = bool(symptoms or causes) or outcome in FAILED_STATES or _has_failure_events(ev)
@@ -227,7 +228,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         # a process that exited or was killed first says where, before a report of who lagged
         lagging = [] if hang_suspects or first_down is not None or killed else [
             f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks]
-        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else []) + _completed_anyway(outcome, ev)
+        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else []) + _completed_anyway(hidden)
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
         elif first_down is not None:
@@ -344,7 +345,7 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         for s, f in scored
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
-    v.summary = _summary(top, primary, symptoms, tl) + _completed_anyway(outcome, ev)
+    v.summary = _summary(top, primary, symptoms, tl) + _completed_anyway(hidden)
     if outcome == "COMPLETED" and slowed >= ARRIVAL_SLOWDOWN:
         v.summary += f" The job completed, but its steps slowed {slowed:.1f}x: an incident without an error."
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
@@ -501,10 +502,9 @@ def _oom_victims(findings: Sequence[Finding]) -> set[str]:
     return {m.group(1) for f in findings for e in f.evidence if (m := _OOM_VICTIM.search(e.message or ""))}
 
 
-def _completed_anyway(outcome: str | None, ev: pl.DataFrame) -> str:
+def _completed_anyway(hidden: str | None) -> str:
     """The sentence a failed verdict on a COMPLETED job owes the reader: why Slurm's state is no success."""
-    hidden = hidden_step_failure(ev) if outcome == "COMPLETED" else None
-    return (f" Slurm recorded the job COMPLETED because its batch script exited 0, but {hidden}." if hidden else "")
+    return f" Slurm recorded the job COMPLETED because its batch script exited 0, but {hidden}." if hidden else ""
 
 
 def _has_failure_events(ev: pl.DataFrame, *, completed: bool = False) -> bool:
