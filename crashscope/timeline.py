@@ -414,6 +414,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = _fill_nulls(ev, m, ["host", "pid"], {"rank": "_pr"})
+    ev = _failed_task_exceptions(ev)
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
@@ -426,6 +427,45 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = _fill_nulls(ev, m, "rank", {"host": "_rh"})
     return _hosts_by_elimination(_hosts_by_layout(ev)).sort("_id")
+
+
+# How far from srun's record of the task's exit an unlabelled traceback of that task may be:
+# srun writes the record once the task is gone, after the output it drained; the traceback's
+# last lines can arrive after it (interleaved stderr, recorded with Slurm 22.05).
+TASK_EXIT_LINES_BEFORE, TASK_EXIT_LINES_AFTER = 200, 20
+
+
+def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
+    """An unlabelled Python traceback in srun's output (no ``srun -l``, no ``[rankN]:``) is the
+    task's that exited with an error code, when srun's exit records in that file name exactly
+    one such task (``srun: error: n2: task 1: Exited with exit code 1``; Python exits 1 on an
+    uncaught exception, the others were signalled): its node, and its rank when tasks are ranks."""
+    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm")
+                      & pl.col("attrs").str.contains('"exitcode"', literal=True) & pl.col("file").is_not_null())
+    if exits.height == 0:
+        return ev
+    unlabelled = ((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("rank").is_null() & pl.col("host").is_null()
+                  & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
+    if not ev.select(unlabelled.any()).item():
+        return ev
+    as_rank = tasks_are_ranks(ev)
+    fills: list[tuple[str, int, int, str, int | None]] = []
+    for f, rows in exits.group_by("file"):
+        failed = []
+        for line, a in rows.select("line", "attrs").iter_rows():
+            d = attrs_of(a)
+            if isinstance(d.get("exitcode"), int) and d["exitcode"] != 0:
+                failed.append((line, d.get("hosts") or [], d.get("tasks") or []))
+        if len(failed) != 1:
+            continue
+        line, hosts, tasks = failed[0]
+        if len(hosts) == 1 and len(tasks) == 1 and isinstance(hosts[0], str) and isinstance(tasks[0], int):
+            fills.append((str(f[0]), line - TASK_EXIT_LINES_BEFORE, line + TASK_EXIT_LINES_AFTER, hosts[0], tasks[0] if as_rank else None))
+    for file, lo, hi, host, rank in fills:
+        hit = unlabelled & (pl.col("file") == file) & pl.col("line").is_between(lo, hi)
+        ev = ev.with_columns(pl.when(hit).then(pl.lit(host)).otherwise(pl.col("host")).alias("host"),
+                             pl.when(hit).then(pl.lit(rank, dtype=ev.schema["rank"])).otherwise(pl.col("rank")).alias("rank"))
+    return ev
 
 
 # A node named in a rank's own log header: a bracketed field (``[n2]``, python logging

@@ -44,6 +44,8 @@ if mode == "raise" and rank == 1:
     raise ValueError("batch 3 has shape (7, 3), expected (8, 3)")
 if mode == "kill" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
+if mode == "raise" and rank == 0:
+    time.sleep(5)  # still running when rank 1 fails, as a rank in its next collective would be
 if mode in ("kill", "sleep"):
     time.sleep(600)
 """
@@ -114,6 +116,13 @@ def test_failed_job_gets_the_right_report(jobs, name):  # type: ignore[no-untype
     assert rep["cause"] == EXPECTED[name], (name, rep["cause"], rep.get("summary"))
     assert rep["job"]["id"] == job and set(rep["job"]["nodes"]) >= {"n1", "n2"}
     assert {"n1.shard", "n2.shard", "_job.shard"} <= {p.name for p in (cl.base / "cs-spool" / job).iterdir()}
+
+
+def test_exception_names_the_task_that_raised(jobs):  # type: ignore[no-untyped-def]
+    """srun's output is not labelled: the traceback is tied to the one task srun says exited 1."""
+    rep = _report(jobs["cluster"], jobs["ids"]["exit1"])
+    assert rep is not None
+    assert rep["implicated"]["nodes"] == ["n2"] and rep["implicated"]["ranks"] == [1], rep["implicated"]
 
 
 def test_lost_rank_is_a_failure_naming_the_lost_task(jobs):  # type: ignore[no-untyped-def]

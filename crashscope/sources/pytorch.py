@@ -365,6 +365,7 @@ class _Tb:
     awaiting_chain: bool = False
     spawn: int | None = None  # the mp.spawn process index of the banner right above it
     ident: dict[str, Any] | None = None  # the logging record it is part of (rank, time), when one
+    headed: bool = False  # opened by "Traceback (most recent call last):", not by a frame
 
 
 @dataclass
@@ -949,7 +950,7 @@ class _Parser:
             if tb is not None:
                 self._close_tb(key, truncated=tb.exc is None)
             spawn = self.spawn[1] if self.spawn is not None and 0 < n - self.spawn[0] <= 2 else None
-            self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn)
+            self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn, headed=True)
             return True
         if tb is None:
             if not _TB_FRAME.match(text):
@@ -1041,6 +1042,22 @@ class _Parser:
             self.add(tb.exc)
         elif truncated:
             self.ctx.warn("pytorch: traceback without a final exception line (truncated?)", tb.start, "")
+            if tb.headed and tb.frames and not tb.chained:
+                # Its exception line never arrived: srun --kill-on-bad-exit signals the step as
+                # soon as one task exits, and the task's last stderr lines can be lost on the way
+                # (recorded, Slurm 22.05). The frames still say where a Python process died.
+                # Frames with no header are a cut excerpt: too little to say more.
+                rank, lr = key[2], key[1]
+                if rank is None and tb.ident is not None:
+                    rank = tb.ident["rank"]
+                top = tb.frames[-1]
+                self.add(_Ev(Kind.EXCEPTION, line=tb.last, severity=Severity.ERROR,
+                             message=f"traceback cut off after {len(tb.frames)} frame(s), innermost {top}; its exception line is missing",
+                             attrs={"type": "", "text": "", "truncated": True, "frames_top": top,
+                                    "frames": len(tb.frames), "frames_all": tb.frames[-8:],
+                                    **({"uncaught": True} if key[2] is not None else {})},
+                             time=tb.ident["time"] if tb.ident else None, tq=tb.ident["tq"] if tb.ident else None,
+                             rank=rank, local_rank=lr if lr is not None else tb.spawn))
 
     # -- ChildFailedError summary ------------------------------------------------------------
     def _rc_line(self, n: int, key: tuple, text: str, prefix) -> bool:
