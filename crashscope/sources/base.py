@@ -554,6 +554,7 @@ class LinePrefix:
     task: int | None = None  # srun --label task id (SLURM_PROCID)
     local_rank: int | None = None  # torchrun [default3]:
     rank: int | None = None  # c10 / python [rank3]:, else mpirun's / horovodrun's rank tag
+    host: str | None = None  # pdsh's "<host>: " (DeepSpeed's multi-node launcher)
 
 
 # mpirun --tag-output: "[<jobid>,<vpid>]<stdout>:" (Open MPI 4, orte/mca/iof/base/iof_base_setup.c;
@@ -564,7 +565,7 @@ class LinePrefix:
 # PDSHRunner) shows "<host>: [rank14]: ..."; the host is read as a prefix only when a
 # torchrun/c10 tag follows it and it is not all digits (that is srun's task id).
 _PREFIX = lazy_compile(
-    r"""^(?:(?=[\w.-]*[A-Za-z.])[A-Za-z0-9][\w.-]{0,62}:\ (?=\[(?:rank|default)\d+\]:))?   # pdsh "host: "
+    r"""^(?:(?=[\w.-]*[A-Za-z.])(?P<host>[A-Za-z0-9][\w.-]{0,62}):\ (?=\[(?:rank|default)\d+\]:))?   # pdsh "host: "
         (?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
         (?:\[(?:\d{1,9},)?(?P<mpi>\d{1,7})\]<std(?:out|err|diag)>:\ ?)?   # mpirun / horovodrun tag
         (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
@@ -578,9 +579,9 @@ def split_prefix(text: str) -> tuple[LinePrefix, str]:
     """Strip ``srun -l``, torchrun and ``[rankN]:`` prefixes from a line.
 
     >>> split_prefix(" 3: [default1]:[rank9]:[E0917 04:21:41.1 x.cpp:1] hi")
-    (LinePrefix(task=3, local_rank=1, rank=9), '[E0917 04:21:41.1 x.cpp:1] hi')
+    (LinePrefix(task=3, local_rank=1, rank=9, host=None), '[E0917 04:21:41.1 x.cpp:1] hi')
     >>> split_prefix("100.83.191.29: [rank14]: RuntimeError: x")
-    (LinePrefix(task=None, local_rank=None, rank=14), 'RuntimeError: x')
+    (LinePrefix(task=None, local_rank=None, rank=14, host='100.83.191.29'), 'RuntimeError: x')
     """
     m = _PREFIX.match(text)
     if not m or m.end() == 0:
@@ -597,6 +598,7 @@ def split_prefix(text: str) -> tuple[LinePrefix, str]:
             task=int(m.group("task")) if m.group("task") is not None else None,
             local_rank=lr,
             rank=int(rank) if rank is not None else None,
+            host=m.group("host"),
         ),
         text[m.end():],
     )

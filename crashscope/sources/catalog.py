@@ -171,6 +171,7 @@ def parse_envelope(text: str, ctx: ParseContext) -> Envelope:
                 env.task = prefix.task
             if env.local_rank is None:
                 env.local_rank = prefix.local_rank
+            env.host = env.host or prefix.host
             rest = after
             continue
         break

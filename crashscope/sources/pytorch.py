@@ -463,9 +463,12 @@ class _Parser:
         self.ident: dict[str, Any] | None = None  # the current line's record identity (its own header's or inherited)
         self.spawn: tuple[int, int] | None = None  # (line, index) of the last mp.spawn "-- Process N terminated" banner
         self.line_task: dict[int, int] = {}  # line -> its srun --label task id
+        self.line_host: dict[int, str] = {}  # line -> the pdsh host prefix it had
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
+        if ev.host is None and self.line_host:
+            ev.host = self.line_host.get(ev.line)
         self.events.append(ev)
         self.last_ev_for_line[ev.line] = ev
         self.by_line.setdefault(ev.line, []).append(ev)
@@ -489,6 +492,8 @@ class _Parser:
         prefix, text = split_prefix(raw)
         if prefix.task is not None:
             self.line_task[n] = prefix.task
+        if prefix.host is not None:
+            self.line_host[n] = prefix.host
         ident: dict[str, Any] | None = None
         if prefix.task is None and prefix.local_rank is None and prefix.rank is None:
             starts, rank, t, tq = self.headers.read(text.rstrip("\r\n"))
