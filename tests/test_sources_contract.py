@@ -121,3 +121,19 @@ def test_launcher_prefixes_name_the_rank_and_leave_the_program_line():
     for line, (task, lr, rank, rest) in cases.items():
         p, text = split_prefix(line)
         assert (p.task, p.local_rank, p.rank, text) == (task, lr, rank, rest), line
+    hosts = {"100.83.191.29: [rank14]: RuntimeError: x": "100.83.191.29", "worker-1: [default3]:[rank9]: hi": "worker-1",
+             "12: [rank0]: x": None, "node04: Traceback (most recent call last):": None}
+    for line, host in hosts.items():
+        assert split_prefix(line)[0].host == host, line
+
+
+def test_pdsh_host_prefix_places_the_event_on_that_host() -> None:
+    from crashscope.testing import parse_text
+
+    lines = ["worker-3: [rank14]: Traceback (most recent call last):",
+             'worker-3: [rank14]:   File "/app/train.py", line 9, in <module>',
+             "worker-3: [rank14]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    for source in ("pytorch", "catalog"):
+        df, _ = parse_text(source, "\n".join(lines) + "\n", name="deepspeed.log")
+        exc = df.filter(df["kind"] == "exception") if source == "pytorch" else df
+        assert exc.height and set(exc["host"].to_list()) == {"worker-3"}, (source, exc.select("kind", "host", "rank").to_dicts())
