@@ -444,8 +444,9 @@ def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
                       & pl.col("attrs").str.contains('"exitcode"', literal=True) & pl.col("file").is_not_null())
     if exits.height == 0:
         return ev
+    # no launcher tag at all: a torchrun worker's "[default3]:" line may be another node's
     unlabelled = ((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("rank").is_null() & pl.col("host").is_null()
-                  & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
+                  & pl.col("local_rank").is_null() & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
     if not ev.select(unlabelled.any()).item():
         return ev
     as_rank = tasks_are_ranks(ev)

@@ -467,3 +467,33 @@ def test_a_catalog_cause_in_a_warn_the_nccl_source_has_no_parser_for_stays() -> 
     ctx = make_event(kind="nccl_error", source="catalog", host=None, file="log.txt", line=3, message=msg,
                      attrs={"catalog": "nccl", "name": "n", "cause": None, "role": "symptom"})
     assert _tl([call, ctx]).events["source"].cast(pl.String).to_list() == ["nccl"]
+
+
+def _srun_exit(line: int, host: str, task: int, **attrs: object) -> pl.DataFrame:
+    what = f"Exited with exit code {attrs['exitcode']}" if "exitcode" in attrs else "Terminated"
+    return make_event(kind="process_exit", source="slurm", host=host, rank=None, time=None, file="slurm-2.out", line=line,
+                      message=f"srun: error: {host}: task {task}: {what}", attrs={"hosts": [host], "tasks": [task], **attrs})
+
+
+def _bare_exception(line: int, **kw: object) -> pl.DataFrame:
+    return make_event(kind="exception", source="pytorch", file="slurm-2.out", line=line, host=None, rank=None, time=None,
+                      message="ValueError: batch 3 has shape (7, 3), expected (8, 3)", attrs={"type": "ValueError"}, **kw)
+
+
+def test_unlabelled_traceback_is_the_one_task_that_exited_with_an_error_code() -> None:
+    # srun without -l: the traceback says no rank; srun's exit record of the one task that exited 1 does
+    tl = _tl([_bare_exception(4), _srun_exit(5, "n2", 1, exitcode=1), _srun_exit(7, "n1", 0, signal="SIGTERM")])
+    exc = tl.events.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert (exc["host"], exc["rank"]) == ("n2", 1)
+
+
+@pytest.mark.parametrize("case", ["two_failed_tasks", "far_away", "torchrun_tag"])
+def test_unlabelled_traceback_stays_unplaced_when_srun_does_not_single_out_a_task(case: str) -> None:
+    if case == "two_failed_tasks":
+        frames = [_bare_exception(4), _srun_exit(5, "n2", 1, exitcode=1), _srun_exit(6, "n1", 0, exitcode=1)]
+    elif case == "far_away":
+        frames = [_bare_exception(4), _srun_exit(900, "n2", 1, exitcode=1)]
+    else:  # a torchrun worker's "[default0]:" traceback in merged output may be another node's
+        frames = [_bare_exception(4, local_rank=0), _srun_exit(5, "n2", 1, exitcode=1)]
+    exc = _tl(frames).events.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert (exc["host"], exc["rank"]) == (None, None), exc
