@@ -40,7 +40,24 @@ if rank == 0:
 for step in range(3):
     log.info("step %d loss %.4f", step, 1.0 / (step + 1))
     time.sleep(0.3)
+done = os.path.join(os.environ["LOGROOT"], job, "rank0.pid")
+if mode == "raise" and rank == 0:
+    with open(done, "w") as f:
+        f.write(str(os.getpid()))
 if mode == "raise" and rank == 1:
+    # Raise only once rank 0 has exited: srun --kill-on-bad-exit then has nobody left to
+    # signal, and the traceback reaches the output whole. (With rank 0 still running, srun
+    # can cut it anywhere, even before its first line: recorded as the fixture
+    # exception_cut_rank1_kill_on_bad_exit_srun, read by the parser's cut-traceback path.)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            pid = int(open(done).read())
+        except (OSError, ValueError):
+            pid = 0
+        if pid and not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.1)
     raise ValueError("batch 3 has shape (7, 3), expected (8, 3)")
 if mode == "kill" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)

@@ -953,7 +953,7 @@ class _Parser:
                 tb.last = n
                 return True
             if tb is not None:
-                self._close_tb(key, truncated=tb.exc is None)
+                self._close_tb(key, truncated=tb.exc is None, superseded=True)
             spawn = self.spawn[1] if self.spawn is not None and 0 < n - self.spawn[0] <= 2 else None
             self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn, headed=True)
             return True
@@ -1039,7 +1039,7 @@ class _Parser:
                 ev.attrs.setdefault("unused_params_rank", rank)
                 return
 
-    def _close_tb(self, key: tuple, truncated: bool = False) -> None:
+    def _close_tb(self, key: tuple, truncated: bool = False, superseded: bool = False) -> None:
         tb = self.tb.pop(key, None)
         if tb is None:
             return
@@ -1047,17 +1047,20 @@ class _Parser:
             self.add(tb.exc)
         elif truncated:
             self.ctx.warn("pytorch: traceback without a final exception line (truncated?)", tb.start, "")
-            if tb.headed and tb.frames and not tb.chained:
+            if tb.headed and not tb.chained and (tb.frames or not superseded):
                 # Its exception line never arrived: srun --kill-on-bad-exit signals the step as
                 # soon as one task exits, and the task's last stderr lines can be lost on the way
-                # (recorded, Slurm 22.05). The frames still say where a Python process died.
-                # Frames with no header are a cut excerpt: too little to say more.
+                # (recorded, Slurm 22.05: sometimes one frame survives, sometimes only the header).
+                # The frames, if any, still say where a Python process died. Frames with no
+                # header are a cut excerpt, and a bare header followed by another header is two
+                # processes' tracebacks interleaved: too little to say more.
                 rank, lr = key[2], key[1]
                 if rank is None and tb.ident is not None:
                     rank = tb.ident["rank"]
-                top = tb.frames[-1]
+                top = tb.frames[-1] if tb.frames else ""
+                where = f"after {len(tb.frames)} frame(s), innermost {top}" if tb.frames else "after its header line"
                 self.add(_Ev(Kind.EXCEPTION, line=tb.last, severity=Severity.ERROR,
-                             message=f"traceback cut off after {len(tb.frames)} frame(s), innermost {top}; its exception line is missing",
+                             message=f"traceback cut off {where}; its exception line is missing",
                              attrs={"type": "", "text": "", "truncated": True, "frames_top": top,
                                     "frames": len(tb.frames), "frames_all": tb.frames[-8:],
                                     **({"uncaught": True} if key[2] is not None else {})},

@@ -460,3 +460,37 @@ def test_torchruns_forced_kill_after_the_grace_period() -> None:
         assert r["attrs"]["forced"] is True and r["attrs"]["signal"] == "SIGKILL" and r["attrs"]["after"] == "SIGTERM"
         assert r["attrs"]["direction"] == "sent"
     assert rows[0]["attrs"]["agent_pid"] == 23148
+
+
+def test_a_traceback_cut_before_its_exception_line_is_an_event_only_when_it_had_a_header():
+    """srun --kill-on-bad-exit can lose a dying task's last stderr lines (recorded, Slurm 22.05):
+    what is left of a traceback still says a Python process raised; a bare header that another
+    header follows is two tracebacks interleaved, and frames with no header are a cut excerpt."""
+    srun_tail = (
+        "srun: error: n2: task 1: Exited with exit code 1\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=2.0\n"
+    )
+    one_frame = 'Traceback (most recent call last):\n  File "/w/rank.py", line 16, in <module>\n' + srun_tail
+    rows, _ = _rows(one_frame)
+    (e,) = [r for r in rows if r["kind"] == "exception"]
+    assert e["attrs"]["truncated"] and e["attrs"]["frames"] == 1 and e["attrs"]["frames_top"] == "/w/rank.py:16 in <module>"
+    assert e["line"] == 2
+
+    rows, _ = _rows("Traceback (most recent call last):\n" + srun_tail)
+    (e,) = [r for r in rows if r["kind"] == "exception"]
+    assert e["attrs"]["truncated"] and e["attrs"]["frames"] == 0 and e["line"] == 1
+    assert "after its header line" in e["message"]
+
+    interleaved = (
+        "Traceback (most recent call last):\n"
+        "Traceback (most recent call last):\n"
+        '  File "/w/rank.py", line 16, in <module>\n'
+        "    raise ValueError('x')\n"
+        "ValueError: x\n"
+    )
+    rows, _ = _rows(interleaved)
+    exc = [r for r in rows if r["kind"] == "exception"]
+    assert [(r["attrs"]["type"], r["line"]) for r in exc] == [("ValueError", 5)]
+
+    rows, _ = _rows('  File "/w/rank.py", line 16, in <module>\n' + srun_tail)
+    assert [r for r in rows if r["kind"] == "exception"] == []
