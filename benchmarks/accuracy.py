@@ -15,6 +15,7 @@ Training uses seeds below 20000 (crashscope/classify/train.py); keep --seed-base
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import random
 import shutil
@@ -51,6 +52,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/crashscope-accuracy"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--corpora", default="simulated,recorded,recorded_fr,real", help="comma-separated: simulated, recorded, recorded_fr, real")
+    ap.add_argument("--ids", default="", help="comma-separated case ids or fnmatch patterns (a held-out part: 'hvd-*,ray-25866'); corpora cases only")
     args = ap.parse_args()
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     results: dict = {}
@@ -58,7 +60,7 @@ def main() -> None:
         results["simulated"] = _simulated(args)
     for name in ("recorded", "recorded_fr", "real"):
         if name in corpora:
-            results[name] = _corpus(name)
+            results[name] = _corpus(name, [p for p in args.ids.split(",") if p.strip()])
     _side_by_side(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
@@ -69,8 +71,10 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS_DIRS = {"recorded": REPO / "fixtures" / "recorded", "recorded_fr": REPO / "fixtures" / "recorded_fr", "real": REPO / "tests" / "data" / "real"}
 
 
-def _corpus(name: str) -> dict:
+def _corpus(name: str, ids: list[str]) -> dict:
     cases = load_cases(CORPUS_DIRS[name], name)
+    if ids:
+        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p.strip()) for p in ids)]
     scores = []
     t0 = time.perf_counter()
     for case in cases:
