@@ -271,7 +271,31 @@ HELD_OUT_9 = {
     "iptables_rank1_other_srun": S("iptables", "srun", "fabric_timeout", [1], at=11, prog="other", fmt="nanogpt", end="rc",
                                    kill=False),
 }
+# Tenth round: fault kinds the lab never had. uneven: the target rank's data shard is shorter, so its
+# loop ends early and it goes on to the final barrier while its peers are still in the next step's
+# all_reduce (the uneven-inputs hang of DDP without Join); with DETAIL the ProcessGroupWrapper reports
+# the mismatch, without it everyone waits out the timeout. enospc: the checkpoint directory is a tmpfs
+# too small for a second checkpoint, so rank 0's torch.save fails with the real ENOSPC error.
+HELD_OUT_10 = {
+    "uneven_rank2_srun": S("uneven", "srun", "software_error", [2], at=13, fmt="megatron"),
+    "uneven_rank1_nodebug_torchrun": S("uneven", "torchrun", "software_error", [1], at=16, fmt="hf", debug=None),
+    "uneven_rank3_nodebug_srun": S("uneven", "srun", "software_error", [3], at=11, fmt="plain", debug=None),
+    "enospc_rank0_srun": S("enospc", "srun", "storage_stall", [0], fmt="megatron", save=10),
+    "enospc_rank0_nodebug_torchrun": S("enospc", "torchrun", "storage_stall", [0], fmt="hf", save=10, debug=None),
+    "enospc_rank0_ddp_srun": S("enospc", "srun", "storage_stall", [0], fmt="plain", save=10, ddp=True),
+}
 HELD_OUT.update(HELD_OUT_2)
+# --held-out-N flag -> its round's scenarios, and the round number truth.json records
+ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
+          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10}
+
+
+def round_of(sid: str) -> int | None:
+    if sid in HELD_OUT_2:
+        return 2
+    return next((n for n, r in ROUNDS.items() if sid in r), None)
+
+
 SCENARIOS.update(HELD_OUT)
 SCENARIOS.update(HELD_OUT_3)  # scored before being read, then checked in (docs/lab.md, third round)
 SCENARIOS.update(HELD_OUT_4)
@@ -280,6 +304,7 @@ SCENARIOS.update(HELD_OUT_6)
 SCENARIOS.update(HELD_OUT_7)
 SCENARIOS.update(HELD_OUT_8)
 SCENARIOS.update(HELD_OUT_9)
+SCENARIOS.update(HELD_OUT_10)
 
 
 def world_of(sc) -> int:
@@ -370,7 +395,7 @@ def job_script(sid, sc, jobdir: Path) -> str:
     args = [f"--iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}",
             f"--log-format {sc['fmt']}", f"--timeout {PG_TIMEOUT}", "--save ckpt", "--logdir logs"]
     kind = sc["kind"]
-    if kind in ("exception", "shape", "collmismatch"):
+    if kind in ("exception", "shape", "collmismatch", "uneven"):
         args += [f"--fault {kind}", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}"]
     if kind == "oom":
         args += ["--fault leak", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}", "--leak-mb 128"]
@@ -696,6 +721,15 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
         d.mkdir(parents=True)
         os.mkfifo(d / "model_optim_rng.pt")
         fault = f"mkfifo {d / 'model_optim_rng.pt'} before the job started (nobody ever reads it)"
+    unmount = None
+    if kind == "enospc":
+        # a checkpoint disk that fills up: train.py's first checkpoint (MLP + AdamW state, 11 MB) fits in
+        # 16 MiB, the second does not, and torch.save fails on rank 0 with the kernel's ENOSPC
+        ck = jobdir / "ckpt"
+        sh(["mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "cslab-enospc", str(ck)], check=True)
+        unmount = ck
+        fault = (f"{ck} is a 16 MiB tmpfs (mount -t tmpfs -o size=16m) mounted before the job started: the "
+                 f"first checkpoint (iteration {sc.get('save', 20)}) fits, the second does not")
     r = sh(["sbatch", "--parsable", str(jobdir / "job.sh")], check=True)
     jid = r.stdout.strip().split(";")[0]
     say(f"{sid}: submitted job {jid}")
@@ -856,8 +890,12 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                     os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
-    return collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid,
-                   watch.seen if watch else {})
+    try:
+        return collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versions, high_jid,
+                       watch.seen if watch else {})
+    finally:
+        if unmount is not None:  # after collect, which lists the checkpoint directory
+            sh(["umount", str(unmount)])
 
 
 # ---------------------------------------------------------------- collection
@@ -983,6 +1021,22 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
                           f"at iteration {sc['at']}",
                  "collmismatch": f"--fault collmismatch: rank {r0} calls all_gather while its peers call "
                                  f"all_reduce at iteration {sc['at']}"}[kind]
+    elif kind == "uneven":
+        r0 = ranks[0]
+        line = first_line(logs[r0], r"training finished after")
+        ff = (log_time(line) if line else None, r0,
+              f"rank {r0}'s data ran out after iteration {sc['at']}: it left the loop for the final barrier "
+              f"while its peers went on to iteration {sc['at'] + 1}")
+        fault = (f"--fault uneven: rank {r0}'s data shard holds {sc['at']} batches, its peers' "
+                 f"{sc.get('iters', 60)}")
+        if not line:
+            notes.append(f"rank {r0} logged no 'training finished' line")
+    elif kind == "enospc":
+        line = first_line(logs[0], r" failed: ")
+        ff = (log_time(line) if line else None, 0,
+              f"rank 0's checkpoint write failed: {line.split(' - ', 3)[-1][:160] if line else 'NOT FOUND'}")
+        if not line:
+            notes.append("rank 0 logged no failure")
     elif kind == "ckpt_fifo":
         line = first_line(logs[0], r"saving checkpoint at iteration\s+%d\b" % sc["at"])
         ff = (log_time(line) if line else None, 0,
@@ -1034,9 +1088,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         "restarts": st.get("Restarts"), "log_format": sc["fmt"], "ddp": bool(sc.get("ddp")),
         "window": {"submit": iso(t_submit), "end": iso(t_end)},
         "torch_distributed_debug": debug_of(sc), "world_size": world_of(sc),
-        "held_out": sid in HELD_OUT or sid in HELD_OUT_3 or sid in HELD_OUT_4 or sid in HELD_OUT_5 or sid in HELD_OUT_6 or sid in HELD_OUT_7 or sid in HELD_OUT_8,
-        "held_out_round": (8 if sid in HELD_OUT_8 else 7 if sid in HELD_OUT_7 else 6 if sid in HELD_OUT_6 else 5 if sid in HELD_OUT_5 else 4 if sid in HELD_OUT_4 else 3 if sid in HELD_OUT_3 else 2 if sid in HELD_OUT_2
-                           else 1 if sid in HELD_OUT else None),
+        "held_out": round_of(sid) is not None,
+        "held_out_round": round_of(sid),
         "recorded_with": versions, "notes": " ".join(notes), "trimmed": trims,
     }
     if is_other(sc):
@@ -1080,6 +1133,8 @@ def main():
     ap.add_argument("--held-out-8", action="store_true", help="only the eighth held-out round (HELD_OUT_8)")
     ap.add_argument("--held-out-9", action="store_true",
                     help="only the ninth round: the second program, train_other.py (HELD_OUT_9)")
+    ap.add_argument("--held-out-10", action="store_true",
+                    help="only the tenth round: uneven data shards and a full checkpoint disk (HELD_OUT_10)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
@@ -1089,8 +1144,12 @@ def main():
         sys.exit("the lab needs root (slurmd, cgroups, iptables)")
     if time.localtime().tm_gmtoff != 0:
         sys.exit("the lab assumes the machine's local time is UTC (rank logs use %(asctime)s)")
-    ids = args.only.split(",") if args.only else list(
-        HELD_OUT_9 if args.held_out_9 else HELD_OUT_8 if args.held_out_8 else HELD_OUT_7 if args.held_out_7 else HELD_OUT_6 if args.held_out_6 else HELD_OUT_5 if args.held_out_5 else HELD_OUT_4 if args.held_out_4 else HELD_OUT_3 if args.held_out_3 else HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else SCENARIOS)
+    chosen = {n: ROUNDS[n] for n in sorted(ROUNDS, reverse=True) if getattr(args, f"held_out_{n}", False)}
+    if not chosen and args.held_out_2:
+        chosen = {2: HELD_OUT_2}
+    if not chosen and args.held_out:
+        chosen = {1: HELD_OUT}
+    ids = args.only.split(",") if args.only else list(next(iter(chosen.values()), SCENARIOS))
     unknown = [i for i in ids if i not in SCENARIOS]
     if unknown:
         sys.exit(f"unknown scenario(s): {unknown}; see --list")

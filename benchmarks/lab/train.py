@@ -183,7 +183,7 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=64)
     p.add_argument("--step-sleep", type=float, default=0.2, help="simulated input-pipeline wait per step")
     p.add_argument("--timeout", type=float, default=30.0, help="process-group timeout, seconds")
-    p.add_argument("--fault", choices=["none", "exception", "shape", "collmismatch", "leak"], default="none")
+    p.add_argument("--fault", choices=["none", "exception", "shape", "collmismatch", "leak", "uneven"], default="none")
     p.add_argument("--fault-rank", type=int, default=3)
     p.add_argument("--fault-step", type=int, default=15)
     p.add_argument("--leak-mb", type=int, default=96)
@@ -221,8 +221,11 @@ def main() -> None:
     g = torch.Generator().manual_seed(1000 + RANK)
     w_true = torch.randn(256, 256, generator=torch.Generator().manual_seed(7)) / 20
     leak = []
+    # uneven: this rank's data shard holds only fault_step batches, so its loop ends first
+    last_it = args.fault_step if args.fault == "uneven" and RANK == args.fault_rank else args.iters
+    done = start
     try:
-        for it in range(start + 1, args.iters + 1):
+        for it in range(start + 1, last_it + 1):
             t0 = time.time()
             if args.broadcast_batch:  # rank 0 reads the batch and hands it to the others
                 seed = torch.tensor([1000 * it + 1 if RANK == 0 else 0], dtype=torch.int64)
@@ -271,7 +274,8 @@ def main() -> None:
             progress(args, it, mean_loss, gnorm, 1e-4, (time.time() - t0) * 1000.0)
             if args.save_interval and it % args.save_interval == 0:
                 save_checkpoint(args, it, net, opt)
-        log.info("training finished after %d iterations", args.iters)
+            done = it
+        log.info("training finished after %d iterations", done)
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:
