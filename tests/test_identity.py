@@ -282,3 +282,21 @@ def test_ray_actor_died_errors_ip_field_is_the_dead_node(tmp_path: Path) -> None
     far = RAY_DIED.replace("\nThe actor is dead", "\n" + "some other line\n" * 3 + "The actor is dead")
     r = _analyze(tmp_path / "b", {"log.txt": far})
     assert r["implicated"]["nodes"] == []
+
+
+def test_a_mismatch_culprit_is_the_rank_whose_own_fingerprint_is_the_odd_one(tmp_path: Path) -> None:
+    """The four reports of fixtures/recorded/uneven_rank2_srun (torch 2.13.0): rank 2 ran the
+    final barrier, the others an all_reduce; the peers' reports decode rank 2's side as REDUCE and
+    rank 2's decodes rank 0's as GATHER. Rank 2's own report comes first here, so a vote that
+    weighed every side alike would tie on rank 0 and could blame it."""
+    fp = "CollectiveFingerPrint(SequenceNumber=32, OpType=ALLREDUCE, TensorShape=[919296], TensorDtypes=Float)"
+    lines = ["[rank2]: RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running collective: "
+             "CollectiveFingerPrint(SequenceNumber=32OpType=BARRIER), but Rank 0 is running collective: "
+             "CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).Collectives differ in the following aspects: "
+             "\t Sequence number: 32vs 0  Op type: BARRIERvs GATHER"]
+    lines += [f"[rank{r}]: RuntimeError: Detected mismatch between collectives on ranks. Rank {r} is running collective: "
+              f"{fp}, but Rank 2 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE)."
+              "Collectives differ in the following aspects: \t Sequence number: 32vs 0  Op type: ALLREDUCEvs REDUCE"
+              for r in (0, 1, 3)]
+    r = _analyze(tmp_path, {"train.log": "\n".join(lines) + "\n"})
+    assert r["cause"] == "software_error" and r["implicated"]["ranks"] == [2], (r["cause"], r["implicated"])

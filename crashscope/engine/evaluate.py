@@ -649,13 +649,21 @@ def odd_collective(df: pl.DataFrame, ctx: _Context, args: dict[str, Any]) -> Det
     """The ranks whose collective differs from what most ranks ran. Each mismatch report
     says "Rank A is running <op>, but Rank B is running <op>" (attrs ``ranks``/``ops``);
     every rank reports its own side, so a vote over all reports leaves the odd ones out.
-    Without ops to compare, every named rank stays a culprit."""
+    A rank's own fingerprint is taken over what its peers' reports say of it: the peer's
+    side is decoded from what the wrapper gathered, and a barrier-bound rank's came out as
+    another op in a recorded torch 2.13.0 run (its own report said BARRIER, three peers'
+    REDUCE). Without ops to compare, every named rank stays a culprit."""
     votes: dict[int, Counter[str]] = defaultdict(Counter)
+    own: dict[int, str] = {}
     for a in df["attrs"].drop_nulls().to_list():
         d = _attrs({"attrs": a})
-        for r, op in zip(_int_list(d.get("ranks")), d.get("ops") or []):
+        for i, (r, op) in enumerate(zip(_int_list(d.get("ranks")), d.get("ops") or [])):
+            if op is None:
+                continue
+            if i == 0:
+                own.setdefault(r, str(op))
             votes[r][str(op)] += 1
-    op_of = {r: c.most_common(1)[0][0] for r, c in votes.items()}
+    op_of = {r: own.get(r) or c.most_common(1)[0][0] for r, c in votes.items()}
     if len(set(op_of.values())) < 2:
         return DetectorResult(df.to_dicts())
     tally = Counter(op_of.values())

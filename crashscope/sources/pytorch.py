@@ -222,7 +222,9 @@ _DESYNC_STATE = lazy_compile(r"^\s*\[(?P<ranks>[\d, ]*)\] (?P<state>started|fini
 _MISMATCH = lazy_compile(r"Detected mismatch between collectives on ranks")
 # The fingerprint nests parentheses two deep (TensorOptions(dtype=float (default), ...)):
 # read its leading fields instead of matching its body.
-_MISMATCH_RANK = lazy_compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+, )?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
+# A fingerprint without tensors (a barrier's, or the peer's as the wrapper decodes it) prints no
+# comma before OpType: "CollectiveFingerPrint(SequenceNumber=32OpType=BARRIER)" (recorded, torch 2.13.0).
+_MISMATCH_RANK = lazy_compile(r"Rank (?P<rank>\d+) is running (?:inconsistent )?collective: (?:CollectiveFingerPrint\((?P<body>(?:SequenceNumber=\d+,? ?)?OpType=\w+(?:, TensorShape=\[[^\]]*\])?))?")
 # TORCH_DISTRIBUTED_DEBUG=DETAIL, ProcessGroupWrapper::runCollectiveChecks (torch/csrc/distributed/c10d/
 # ProcessGroupWrapper.cpp): LOG(INFO) << "[Rank " << getRank() << "] " << "Running collective: " << finger_print,
 # before the monitored barrier that waits for every rank of the group. The fingerprint prints
@@ -844,16 +846,18 @@ class _Parser:
             self._mismatch(n, text, base, Severity.ERROR)
 
     def _mismatch(self, n: int, msg: str, base: dict[str, Any], sev) -> None:
-        ranks, seqs, ops = [], [], []
+        ranks, seqs, ops = [], [], []  # ops[i] is ranks[i]'s (None where its fingerprint says none)
         for rm in _MISMATCH_RANK.finditer(msg):
             ranks.append(int(rm.group("rank")))
             body = rm.group("body") or ""
             if sm := _FP_SEQ.search(body):
                 seqs.append(int(sm.group("seq")))
-            if om := _FP_OP.search(body):
-                # the shape too: the same op on a differently shaped tensor is a mismatch as well
-                shape = _FP_SHAPE.search(body)
-                ops.append(om.group("op") + (shape.group("shape") if shape else ""))
+            om = _FP_OP.search(body)
+            # the shape too: the same op on a differently shaped tensor is a mismatch as well
+            shape = _FP_SHAPE.search(body) if om else None
+            ops.append(om.group("op") + (shape.group("shape") if shape else "") if om else None)
+        if not any(ops):
+            ops = []
         detail = msg.split("Collectives differ in the following aspects:", 1)
         attrs: dict[str, Any] = {"detail": (detail[1] if len(detail) > 1 else msg).strip(), "ranks": ranks}
         if seqs:

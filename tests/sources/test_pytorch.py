@@ -494,3 +494,27 @@ def test_a_traceback_cut_before_its_exception_line_is_an_event_only_when_it_had_
 
     rows, _ = _rows('  File "/w/rank.py", line 16, in <module>\n' + srun_tail)
     assert [r for r in rows if r["kind"] == "exception"] == []
+
+
+def test_collective_mismatch_fingerprint_without_tensors_has_no_comma_before_its_op():
+    # torch 2.13.0, recorded (fixtures/recorded/uneven_rank2_srun): a barrier's fingerprint, and the
+    # peer's as the wrapper decodes it, print "SequenceNumber=NOpType=X"
+    text = (
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=32OpType=BARRIER), but Rank 0 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).Collectives differ in the following aspects: "
+        "\t Sequence number: 32vs 0  Op type: BARRIERvs GATHER\n"
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=32, OpType=ALLREDUCE, TensorShape=[919296], TensorDtypes=Float), "
+        "but Rank 2 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE)."
+        "Collectives differ in the following aspects: \t Sequence number: 32vs 0  Op type: ALLREDUCEvs REDUCE\n"
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is running collective: "
+        "CollectiveFingerPrint(OpType=ALLREDUCE), but Rank 0 is running collective: unknown.\n"
+    )
+    rows, _ = _rows(text)
+    ms = [r["attrs"] for r in rows if r["kind"] == "collective_mismatch"]
+    assert [m["ranks"] for m in ms] == [[2, 0], [1, 2], [3, 0]]
+    assert ms[0]["ops"] == ["BARRIER", "GATHER"] and ms[0]["seqs"] == [32, 0]
+    assert ms[1]["ops"] == ["ALLREDUCE[919296]", "REDUCE"]
+    # an op is kept beside its own rank: the second fingerprint names none
+    assert ms[2]["ops"] == ["ALLREDUCE", None]
