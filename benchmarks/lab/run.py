@@ -284,10 +284,18 @@ HELD_OUT_10 = {
     "enospc_rank0_nodebug_torchrun": S("enospc", "torchrun", "storage_stall", [0], fmt="hf", save=10, debug=None),
     "enospc_rank0_ddp_srun": S("enospc", "srun", "storage_stall", [0], fmt="plain", save=10, ddp=True),
 }
+# Eleventh round: round 10's full disk under the second program (train_other.py: nanoGPT overwrites
+# out/ckpt.pt at each eval; a 2 MiB tmpfs is too small for the first one; the save's error is an uncaught
+# traceback on rank 0's stderr, no logging, no stamps).
+HELD_OUT_11 = {
+    "enospc_other_srun": S("enospc", "srun", "storage_stall", [0], prog="other", fmt="nanogpt", end="echo", save=10),
+    "enospc_other_torchrun": S("enospc", "torchrun", "storage_stall", [0], prog="other", fmt="nanogpt", end="rc",
+                               save=10),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
-          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10}
+          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11}
 
 
 def round_of(sid: str) -> int | None:
@@ -305,6 +313,7 @@ SCENARIOS.update(HELD_OUT_7)
 SCENARIOS.update(HELD_OUT_8)
 SCENARIOS.update(HELD_OUT_9)
 SCENARIOS.update(HELD_OUT_10)
+SCENARIOS.update(HELD_OUT_11)
 
 
 def world_of(sc) -> int:
@@ -689,7 +698,8 @@ class OutputWatch:
 
 
 OTHER_WATCH = {"exception": r"^.*index out of range in self.*$", "ulimit": r"^.*can't allocate memory.*$",
-               "save": r"^saving checkpoint to .*$"}
+               "save": r"^saving checkpoint to .*$",
+               "writefail": r"^.*(?:unexpected pos|PytorchStreamWriter failed|basic_ios::clear|No space left).*$"}
 
 
 def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
@@ -724,12 +734,14 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     unmount = None
     if kind == "enospc":
         # a checkpoint disk that fills up: train.py's first checkpoint (MLP + AdamW state, 11 MB) fits in
-        # 16 MiB, the second does not, and torch.save fails on rank 0 with the kernel's ENOSPC
-        ck = jobdir / "ckpt"
-        sh(["mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "cslab-enospc", str(ck)], check=True)
+        # 16 MiB, the second does not, and torch.save fails on rank 0 with the kernel's ENOSPC;
+        # train_other.py's (TinyGPT + AdamW, ~6 MB) does not fit in 2 MiB at all
+        ck, size = (jobdir / "out", 2) if is_other(sc) else (jobdir / "ckpt", 16)
+        sh(["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=1777", "cslab-enospc", str(ck)], check=True)
         unmount = ck
-        fault = (f"{ck} is a 16 MiB tmpfs (mount -t tmpfs -o size=16m) mounted before the job started: the "
-                 f"first checkpoint (iteration {sc.get('save', 20)}) fits, the second does not")
+        fault = (f"{ck} is a {size} MiB tmpfs (mount -t tmpfs -o size={size}m) mounted before the job started: "
+                 + ("the first checkpoint does not fit" if is_other(sc) else
+                    f"the first checkpoint (iteration {sc.get('save', 20)}) fits, the second does not"))
     r = sh(["sbatch", "--parsable", str(jobdir / "job.sh")], check=True)
     jid = r.stdout.strip().split(";")[0]
     say(f"{sid}: submitted job {jid}")
@@ -1001,9 +1013,9 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     # the node each rank really ran on (its own `started pid=N node=X` line), else the planned layout
     ran_on = {k: rank_pid(jobdir, k)[1] or rank_node(sc, k) for k in range(world_of(sc))}
     nodes = sorted({ran_on[k] for k in ranks})
-    if is_other(sc) and kind in ("exception", "ckpt_fifo") or is_other(sc) and sc.get("limit") == "ulimit":
+    if is_other(sc) and kind in ("exception", "ckpt_fifo", "enospc") or is_other(sc) and sc.get("limit") == "ulimit":
         # no line of train_other.py carries a time: the first failure is when the lab first saw its line
-        key = {"exception": "exception", "ckpt_fifo": "save"}.get(kind, "ulimit")
+        key = {"exception": "exception", "ckpt_fifo": "save", "enospc": "writefail"}.get(kind, "ulimit")
         r0 = ranks[0]
         t, line = seen.get(key, (None, "NOT SEEN"))
         ff = (t, r0, f"rank {r0}: {line.strip()[:160]} (time: when the lab first saw the line)")
@@ -1094,7 +1106,7 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     }
     if is_other(sc):
         truth.update({
-            "program": "train_other.py", "held_out": True, "held_out_round": 9,
+            "program": "train_other.py",
             "batch_script_end": {"echo": "echo END TIME (exit 0 whatever srun returned)",
                                  "rc": "exit with srun's code"}[sc.get("end", "rc")],
             "srun_kill_on_bad_exit": sc.get("kill", True),
@@ -1135,6 +1147,8 @@ def main():
                     help="only the ninth round: the second program, train_other.py (HELD_OUT_9)")
     ap.add_argument("--held-out-10", action="store_true",
                     help="only the tenth round: uneven data shards and a full checkpoint disk (HELD_OUT_10)")
+    ap.add_argument("--held-out-11", action="store_true",
+                    help="only the eleventh round: the full checkpoint disk under train_other.py (HELD_OUT_11)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
