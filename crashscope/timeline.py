@@ -415,6 +415,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = _fill_nulls(ev, m, ["host", "pid"], {"rank": "_pr"})
     ev = _failed_task_exceptions(ev)
+    ev = _root_cause_task_hosts(ev)
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
@@ -435,38 +436,82 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
 TASK_EXIT_LINES_BEFORE, TASK_EXIT_LINES_AFTER = 200, 20
 
 
+def _first_failed_tasks(ev: pl.DataFrame) -> dict[str, tuple[int, str, int, int]]:
+    """File -> (line, node, task, line of the srun record before it) of the one task whose
+    error exit srun recorded first, when one task is that task: the only task that exited
+    with an error code, or, where srun then signalled the step (``--kill-on-bad-exit``:
+    ``_step_signal: Terminating StepId=...``), the only one recorded before that signal (the
+    tasks after it were stopped by srun)."""
+    slurm = ev.filter((pl.col("source") == "slurm") & pl.col("file").is_not_null()
+                      & pl.col("kind").is_in([Kind.PROCESS_EXIT.value, Kind.JOB_STEP.value]))
+    out: dict[str, tuple[int, str, int, int]] = {}
+    for f, rows in slurm.sort("line").group_by("file"):
+        failed, term, prev = [], None, 0
+        for line, kind, a in rows.select("line", "kind", "attrs").iter_rows():
+            d = attrs_of(a)
+            if kind == Kind.JOB_STEP.value:
+                if d.get("action") == "terminate" and term is None:
+                    term = line
+                continue
+            if isinstance(d.get("exitcode"), int) and d["exitcode"] != 0 and (term is None or line < term):
+                failed.append((line, d.get("hosts") or [], d.get("tasks") or [], prev))
+            prev = line
+        if len(failed) != 1:
+            continue
+        line, hosts, tasks, before = failed[0]
+        if len(hosts) == 1 and len(tasks) == 1 and isinstance(hosts[0], str) and isinstance(tasks[0], int):
+            out[str(f[0])] = (line, hosts[0], tasks[0], before)
+    return out
+
+
 def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
     """An unlabelled Python traceback in srun's output (no ``srun -l``, no ``[rankN]:``) is the
-    task's that exited with an error code, when srun's exit records in that file name exactly
-    one such task (``srun: error: n2: task 1: Exited with exit code 1``; Python exits 1 on an
-    uncaught exception, the others were signalled): its node, and its rank when tasks are ranks."""
-    exits = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & (pl.col("source") == "slurm")
-                      & pl.col("attrs").str.contains('"exitcode"', literal=True) & pl.col("file").is_not_null())
-    if exits.height == 0:
-        return ev
+    task's whose error exit made the step fail (``_first_failed_tasks``: ``srun: error: n2:
+    task 1: Exited with exit code 1``; Python exits 1 on an uncaught exception, the others
+    were signalled): its node, and its rank when tasks are ranks."""
     # no launcher tag at all: a torchrun worker's "[default3]:" line may be another node's
     unlabelled = ((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("rank").is_null() & pl.col("host").is_null()
                   & pl.col("local_rank").is_null() & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
     if not ev.select(unlabelled.any()).item():
         return ev
+    first = _first_failed_tasks(ev)
+    if not first:
+        return ev
     as_rank = tasks_are_ranks(ev)
-    fills: list[tuple[str, int, int, str, int | None]] = []
-    for f, rows in exits.group_by("file"):
-        failed = []
-        for line, a in rows.select("line", "attrs").iter_rows():
-            d = attrs_of(a)
-            if isinstance(d.get("exitcode"), int) and d["exitcode"] != 0:
-                failed.append((line, d.get("hosts") or [], d.get("tasks") or []))
-        if len(failed) != 1:
-            continue
-        line, hosts, tasks = failed[0]
-        if len(hosts) == 1 and len(tasks) == 1 and isinstance(hosts[0], str) and isinstance(tasks[0], int):
-            fills.append((str(f[0]), line - TASK_EXIT_LINES_BEFORE, line + TASK_EXIT_LINES_AFTER, hosts[0], tasks[0] if as_rank else None))
+    fills = [(f, line - TASK_EXIT_LINES_BEFORE, line + TASK_EXIT_LINES_AFTER, host, task if as_rank else None)
+             for f, (line, host, task, _) in first.items()]
     for file, lo, hi, host, rank in fills:
         hit = unlabelled & (pl.col("file") == file) & pl.col("line").is_between(lo, hi)
         ev = ev.with_columns(pl.when(hit).then(pl.lit(host)).otherwise(pl.col("host")).alias("host"),
                              pl.when(hit).then(pl.lit(rank, dtype=ev.schema["rank"])).otherwise(pl.col("rank")).alias("rank"))
     return ev
+
+
+def _root_cause_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Under torchrun started by srun (one elastic agent per node), the agent whose worker
+    failed prints the ChildFailedError summary and exits 1, and srun records that task's
+    exit right after draining its output; the summary's own host is the container's or
+    ``localhost`` more often than not. So the root cause entry (``Root Cause (first observed
+    failure)``) printed before srun's record of the task that made the step fail, and after
+    srun's record before it, is that task's node's when it is the only one there: its rank ran
+    there. Two agents whose workers both failed print their summaries in either order before
+    srun records either exit (recorded: iptables_rank1_nodebug_torchrun), so two say nothing."""
+    if not under_torchrun(ev) or tasks_are_ranks(ev):
+        return ev
+    roots = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("rank").is_not_null()
+                      & (_attr("attrs", "root") == "true"))
+    if roots.height == 0 or roots["host"].null_count() == 0:
+        return ev
+    first = _first_failed_tasks(ev)
+    ranks: dict[int, str] = {}
+    for f, (line, host, _, before) in first.items():
+        near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
+        if near["rank"].n_unique() == 1:
+            ranks.setdefault(int(near["rank"][0]), host)
+    if not ranks:
+        return ev
+    m = pl.DataFrame({"rank": list(ranks), "_rch": list(ranks.values())}, schema={"rank": ev.schema["rank"], "_rch": pl.String})
+    return _fill_nulls(ev, m, "rank", {"host": "_rch"})
 
 
 # A node named in a rank's own log header: a bracketed field (``[n2]``, python logging

@@ -497,3 +497,44 @@ def test_unlabelled_traceback_stays_unplaced_when_srun_does_not_single_out_a_tas
         frames = [_bare_exception(4, local_rank=0), _srun_exit(5, "n2", 1, exitcode=1)]
     exc = _tl(frames).events.filter(pl.col("kind") == "exception").row(0, named=True)
     assert (exc["host"], exc["rank"]) == (None, None), exc
+
+
+def _step_terminate(line: int) -> pl.DataFrame:
+    return make_event(kind="job_step", source="slurm", host=None, rank=None, time=None, file="slurm-2.out", line=line,
+                      message="srun: launch/slurm: _step_signal: Terminating StepId=2.0", attrs={"action": "terminate", "step": "2.0"})
+
+
+def test_tasks_srun_stopped_after_signalling_the_step_do_not_hide_the_one_that_failed_first() -> None:
+    # srun -K: n2's task exits 1, srun signals the step, n1's task then exits 1 too (recorded:
+    # enospc_other_torchrun); only the exits before the signal are failures of their own
+    frames = [_bare_exception(4), _srun_exit(5, "n2", 1, exitcode=1), _step_terminate(6), _srun_exit(9, "n1", 0, exitcode=1)]
+    exc = _tl(frames).events.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert (exc["host"], exc["rank"]) == ("n2", 1)
+
+
+def _root_cause(line: int, rank: int) -> pl.DataFrame:
+    return make_event(kind="root_cause_report", source="pytorch", host="localhost", rank=rank, local_rank=0, time=None,
+                      file="slurm-2.out", line=line, message=f"ChildFailedError root cause: rank {rank} (local_rank 0) exitcode 1",
+                      attrs={"root": True, "host": "localhost", "rank": rank, "local_rank": 0, "exitcode": 1})
+
+
+def _rank_line(rank: int) -> pl.DataFrame:
+    return make_event(kind="exception", source="pytorch", host=None, rank=rank, time=None, file="slurm-2.out", line=2,
+                      message="RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 2043072 vs 2043024",
+                      attrs={"type": "RuntimeError", "uncaught": True})
+
+
+def test_torchruns_root_cause_lands_on_the_node_of_the_task_that_failed_first() -> None:
+    # torchrun per node: the agent prints its summary ("host : localhost") and exits 1; srun's
+    # record of that task comes next, then the step is signalled
+    frames = [_rank_line(2), _root_cause(40, 2), _srun_exit(50, "n2", 1, exitcode=1), _step_terminate(51),
+              _srun_exit(90, "n1", 0, exitcode=1)]
+    ev = _tl(frames).events
+    assert set(ev.filter(pl.col("rank") == 2)["host"].to_list()) == {"n2"}
+
+
+def test_two_root_causes_before_the_first_failed_task_name_no_node() -> None:
+    # both agents' workers failed; their summaries come in either order (iptables_rank1_nodebug_torchrun)
+    frames = [_rank_line(2), _root_cause(40, 2), _root_cause(60, 1), _srun_exit(70, "n2", 1, exitcode=1), _step_terminate(71)]
+    ev = _tl(frames).events
+    assert ev.filter(pl.col("rank").is_in([1, 2]))["host"].null_count() == ev.filter(pl.col("rank").is_in([1, 2])).height
