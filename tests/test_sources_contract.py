@@ -137,3 +137,14 @@ def test_pdsh_host_prefix_places_the_event_on_that_host() -> None:
         df, _ = parse_text(source, "\n".join(lines) + "\n", name="deepspeed.log")
         exc = df.filter(df["kind"] == "exception") if source == "pytorch" else df
         assert exc.height and set(exc["host"].to_list()) == {"worker-3"}, (source, exc.select("kind", "host", "rank").to_dicts())
+
+
+def test_ms_swift_end_of_main_is_a_run_end() -> None:
+    # swift/llm/base.py SwiftPipeline.main(): logged once self.run() has returned
+    df, _ = parse_text("applog", "[INFO:swift] End time of running main: 2025-09-11 16:19:22.473503\n", "train.log")
+    ends = df.filter(pl.col("kind") == "run_end")
+    assert ends.height == 1
+    assert ends["attrs"].str.json_path_match("$.framework").to_list() == ["ms-swift"]
+    # the start of main is no end
+    df, _ = parse_text("applog", "[INFO:swift] Start time of running main: 2025-09-11 15:46:34.473503\n", "train.log")
+    assert df.filter(pl.col("kind") == "run_end").height == 0

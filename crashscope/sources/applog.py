@@ -100,13 +100,15 @@ _STAMP_PREFIX = r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*(?:\[titan\] |\[
 # torch/distributed/elastic/agent/server/api.py) "Local worker group finished (%s). Waiting %s
 # seconds for other agents to finish" with the state SUCCEEDED (FAILED is no success), and its
 # events/api.py record name f"torchelastic.worker.status.{state}"; Megatron
-# print_datetime("after training is done")).
+# print_datetime("after training is done"); ms-swift's SwiftPipeline.main() (swift/llm/base.py)
+# logger.info(f'End time of running main: {datetime.now()...}') once self.run() has returned).
 _RUN_END = (
     ("nccl-tests", lazy_compile(r"#\s*Out of bounds values\s*:\s*0 OK")),
     ("lightning", lazy_compile(r"`Trainer\.fit` stopped: `(?:max_epochs|max_steps|max_time)=[^`]*` reached")),
     ("hf_trainer", lazy_compile(r"^\{'train_runtime': [\d.]+,|Training completed\. Do not forget to share your model")),
     ("torchelastic", lazy_compile(r"worker group successfully finished|Local worker group finished \((?:WorkerState\.)?SUCCEEDED\)|\"name\": \"torchelastic\.worker\.status\.SUCCEEDED\"")),
     ("megatron", lazy_compile(r"\[after training is done\]")),
+    ("ms-swift", lazy_compile(r"End time of running main: \d{4}-\d\d-\d\d")),
 )
 
 _PREFILTER_PARTS = (
@@ -117,6 +119,7 @@ _PREFILTER_PARTS = (
     r"Local worker group finished \(",
     r"torchelastic\.worker\.status\.SUCCEEDED",
     r"\[after training is done\]",
+    r"End time of running main: ",
     _STAMP_PREFIX + r"(?:"
     # ISO / python logging asctime / Megatron / loguru
     r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?\]?(?:$|[^\s\].,\d]|\s+" + _NOT_NCCL_TOKEN + ")"
