@@ -70,6 +70,10 @@ ARRIVAL_ORDER = "straggler-arrival-order"
 ARRIVAL_SLOWDOWN = 1.5  # the run's median step (else collective) interval after a split over before it
 ARRIVAL_MIN_INTERVALS = 4  # on each side of the split (and a fifth of the series)
 SLOWED_NONE_CONFIDENCE = 0.6  # a completed run whose steps slowed ARRIVAL_SLOWDOWN x, with no finding to say why
+# The time limit ended a run whose trainer had already said it finished (Megatron's '[after training is done]',
+# HF Trainer's 'Training completed.'): the limit is what ended the job, but the time went to its exit (a hang at
+# teardown: destroy_process_group, a profiler, a checkpoint finalizer), so 'time_limit' is no sure root cause.
+TEARDOWN_OVERRUN_CONFIDENCE = 0.7
 ARRIVAL_MAX_SERIES, ARRIVAL_MAX_SPLITS = 16, 64  # the slowdown's cost stays flat at thousands of ranks and steps
 LONE_NETWORK = "lone-network-reset"  # analyses/lone_network.py: a reset and nothing else wrong
 PEER_LOG_MISSING = "the peer's own log (the other end of the reset connection): did that process die?"
@@ -346,6 +350,13 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         if f.cause != top and s >= 0.15 and _in_window(f.first_time, t_fail, before_s)
     ][:6]
     v.summary = _summary(top, primary, symptoms, tl) + _completed_anyway(hidden)
+    if top == "time_limit" and primary is not None and (done := _finished_before(ev, primary)):
+        v.confidence = min(v.confidence, TEARDOWN_OVERRUN_CONFIDENCE)
+        v.summary += (f" The run had said it finished before the limit ({done}): the time went to its exit, not to "
+                      "training (a hang at teardown), so the overrun is the thing to look at.")
+        v.actions.insert(0, "The trainer finished before the limit: find what the processes did after it (py-spy dump of a "
+                            "rank that will not exit; destroy_process_group, a profiler or a checkpoint finalizer that hangs).")
+        v.actions = v.actions[:8]
     if outcome == "COMPLETED" and slowed >= ARRIVAL_SLOWDOWN:
         v.summary += f" The job completed, but its steps slowed {slowed:.1f}x: an incident without an error."
     v.timeline_excerpt = _excerpt(ev, (primary.first_time if primary and primary.first_time else t_fail))
@@ -620,6 +631,27 @@ def _final_step(ev: pl.DataFrame) -> str | None:
         return None
     total = last.select(pl.col("_total").max().cast(pl.String)).item()
     return f"{total}/{total}"
+
+
+def _finished_before(ev: pl.DataFrame, cause: Finding) -> str | None:
+    """The trainer's own end-of-run record (a run_end success) that came before the cause's first line: earlier
+    in the same file (or on its line, printed first: srun's banner glued after the trainer's last line), else
+    earlier in time. Returns where it is ("megatron's end-of-run record, slurm.out:3"). (Within a file the line
+    order is the truth: a line without a stamp gets its neighbour's time from the timeline.)"""
+    ends = ev.filter(pl.col("kind") == Kind.RUN_END.value)
+    if ends.height == 0 or not cause.evidence:
+        return None
+    first = cause.evidence[0]
+    ends = ends.filter(pl.col("attrs").str.json_path_match("$.outcome").fill_null("success") == "success")
+    fws = ends["attrs"].str.json_path_match("$.framework").fill_null("the trainer").to_list()
+    for t, file, line, fw in zip(ends["time"].dt.epoch("ns").to_list(), ends["file"].to_list(), ends["line"].to_list(), fws):
+        if file == first.file and line is not None and first.line is not None:
+            before = line <= first.line
+        else:
+            before = t is not None and first.time is not None and t < first.time
+        if before:
+            return f"{fw}'s end-of-run record, {file}:{line}"
+    return None
 
 
 def _run_finished(ev: pl.DataFrame) -> bool:

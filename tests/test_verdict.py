@@ -189,3 +189,24 @@ def test_with_only_symptoms_the_desync_reports_lagging_ranks_are_the_suspects():
     assert "desync report names rank 7" in v.summary
     # without it the verdict names no rank
     assert decide([timeout], _timeline()).implicated.ranks != [7]
+
+
+def test_a_time_limit_after_the_trainer_said_it_finished_is_the_exit_overrunning() -> None:
+    ev = Evidence(time=T0 + 600 * SEC, host="node001", rank=None, gpu=None, gpu_index=None, file="slurm.out", line=4,
+                  source="slurm", kind="job_cancel",
+                  message="slurmstepd: error: *** STEP 4226796.2 ON node001 CANCELLED AT 2026-09-14T08:10:00 DUE TO TIME LIMIT ***")
+    limit = Finding(rule_id="slurm-time-limit", title="t", cause="time_limit", role="cause", status="stable", weight=0.9,
+                    first_time=ev.time, count=1, hosts=("node001",), ranks=(), gpus=(), evidence=(ev,), explanation="",
+                    actions=("Resume with a longer --time.",))
+    cancel = dict(source="slurm", kind="job_cancel", severity="error", t=600.0, file="slurm.out", line=4, message=ev.message)
+    done = dict(source="applog", kind="run_end", severity="info", t=600.0, file="slurm.out", line=3,
+                message="[after training is done] datetime: 2026-09-14 08:00:03", attrs={"outcome": "success", "framework": "megatron"})
+    plain = decide([limit], _timeline(cancel))
+    assert plain.cause == "time_limit" and plain.confidence >= CONFIDENT_LINE
+    v = decide([limit], _timeline(done, cancel))
+    assert v.cause == "time_limit" and v.confidence < CONFIDENT_LINE
+    assert "said it finished" in v.summary and "slurm.out:3" in v.summary
+    assert v.actions[0].startswith("The trainer finished before the limit")
+    # a run_end after the banner (a later line of the same file) says nothing about the overrun
+    late = dict(done, line=5)
+    assert decide([limit], _timeline(cancel, late)).confidence >= CONFIDENT_LINE
