@@ -292,10 +292,21 @@ HELD_OUT_11 = {
     "enospc_other_torchrun": S("enospc", "torchrun", "storage_stall", [0], prog="other", fmt="nanogpt", end="rc",
                                save=10),
 }
+# Twelfth round: a DataLoader worker killed by the kernel's OOM killer (the memory cgroup holds the
+# worker, not the rank: the kernel names the worker's pid, the rank raises "DataLoader worker (pid(s) N)
+# exited unexpectedly"), a rank that segfaults in native code (no traceback), and an uneven shard whose
+# early rank simply exits 0 (its peers then lose their connections to it).
+HELD_OUT_12 = {
+    "loader_oom_rank1_srun": S("oom", "srun", "oom", [1], at=8, fmt="megatron", loader=True),
+    "loader_oom_rank2_nodebug_torchrun": S("oom", "torchrun", "oom", [2], at=10, fmt="hf", loader=True, debug=None),
+    "segv_rank3_srun": S("segv", "srun", "software_error", [3], at=12, fmt="plain"),
+    "segv_rank0_nodebug_torchrun": S("segv", "torchrun", "software_error", [0], at=14, fmt="megatron", debug=None),
+    "uneven_exit_rank2_nodebug_srun": S("uneven_exit", "srun", "software_error", [2], at=12, fmt="hf", debug=None),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
-          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11}
+          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12}
 
 
 def round_of(sid: str) -> int | None:
@@ -314,6 +325,7 @@ SCENARIOS.update(HELD_OUT_8)
 SCENARIOS.update(HELD_OUT_9)
 SCENARIOS.update(HELD_OUT_10)
 SCENARIOS.update(HELD_OUT_11)
+SCENARIOS.update(HELD_OUT_12)
 
 
 def world_of(sc) -> int:
@@ -404,10 +416,13 @@ def job_script(sid, sc, jobdir: Path) -> str:
     args = [f"--iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}",
             f"--log-format {sc['fmt']}", f"--timeout {PG_TIMEOUT}", "--save ckpt", "--logdir logs"]
     kind = sc["kind"]
-    if kind in ("exception", "shape", "collmismatch", "uneven"):
+    if kind in ("exception", "shape", "collmismatch", "uneven", "segv", "uneven_exit"):
         args += [f"--fault {kind}", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}"]
     if kind == "oom":
-        args += ["--fault leak", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}", "--leak-mb 128"]
+        args += ["--fault loader_leak" if sc.get("loader") else "--fault leak", f"--fault-rank {sc['ranks'][0]}",
+                 f"--fault-step {sc['at']}", "--leak-mb 128"]
+    if sc.get("loader"):
+        args.append("--loader-workers 1")
     if sc.get("ddp"):
         args.append("--ddp")
     if sc.get("save_slow"):
@@ -545,6 +560,15 @@ def rank_pid(jobdir, r, after: float = 0.0):
     if not m:
         return None, None
     return int(m.group(1)), m.group(2)
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (a rank's DataLoader workers)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(k) for k in kids]
 
 
 def wait_for(pred, timeout, step=0.1):
@@ -776,6 +800,20 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                 notes.append(f"prlimit failed: {pr.stderr.strip()}")
             fault = (f"prlimit --pid {tpid} --as={lim}:{lim} (rank {tgt}: VmSize {vm // 2**20} MiB + 640 MiB) at "
                      f"{iso(utcnow())}; the program leaks 128 MiB/step from iteration {at} on that rank")
+        elif kind == "oom" and sc.get("loader"):
+            # the rank's DataLoader worker: the rank's one child process running python
+            wid = None
+            if wait_for(lambda: bool(children_of(tpid)), 60, 0.1):
+                wid = children_of(tpid)[0]
+            if wid is None:
+                notes.append(f"rank {tgt} (pid {tpid}) started no DataLoader worker within 60 s")
+            else:
+                cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 600 * 1024 * 1024})
+                cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
+                cg_move(cg, wid)
+                fault = (f"rank {tgt}'s DataLoader worker (pid {wid}, child of the rank's pid {tpid}) moved into memory "
+                         f"cgroup {cg.name} with memory.limit_in_bytes=600MiB at {iso(utcnow())}; the worker keeps "
+                         f"128 MiB per batch from iteration {at} on")
         elif kind == "oom":
             cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 1200 * 1024 * 1024})
             cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
@@ -1033,6 +1071,20 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
                           f"at iteration {sc['at']}",
                  "collmismatch": f"--fault collmismatch: rank {r0} calls all_gather while its peers call "
                                  f"all_reduce at iteration {sc['at']}"}[kind]
+    elif kind == "segv":
+        r0 = ranks[0]
+        prog = [ln for ln in logs[r0].splitlines() if PROG.search(ln) or "train -" in ln]
+        line = prog[-1] if prog else None
+        ff = (log_time(line) if line else None, r0,
+              f"rank {r0} segfaults (ctypes.string_at(0)) at iteration {sc['at']}, right after its last log line")
+        fault = f"--fault segv: rank {r0} reads address 0 through ctypes at iteration {sc['at']} (SIGSEGV)"
+    elif kind == "uneven_exit":
+        r0 = ranks[0]
+        line = first_line(logs[r0], r"training finished after")
+        ff = (log_time(line) if line else None, r0,
+              f"rank {r0}'s data ran out after iteration {sc['at']} and the script ended (exit 0) while its peers "
+              f"went on to iteration {sc['at'] + 1}")
+        fault = f"--fault uneven_exit: rank {r0}'s data shard holds {sc['at']} batches, and its script then returns"
     elif kind == "uneven":
         r0 = ranks[0]
         line = first_line(logs[r0], r"training finished after")
@@ -1149,6 +1201,8 @@ def main():
                     help="only the tenth round: uneven data shards and a full checkpoint disk (HELD_OUT_10)")
     ap.add_argument("--held-out-11", action="store_true",
                     help="only the eleventh round: the full checkpoint disk under train_other.py (HELD_OUT_11)")
+    ap.add_argument("--held-out-12", action="store_true",
+                    help="only the twelfth round: a DataLoader worker's OOM kill, segfaults, an early clean exit (HELD_OUT_12)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():

@@ -90,6 +90,24 @@ class MLP(nn.Module):
         return self.fc3(F.gelu(self.fc2(F.gelu(self.fc1(x)))))
 
 
+class Batches(torch.utils.data.IterableDataset):
+    """The same synthetic batches, made in a DataLoader worker process. With ``leak`` (the
+    loader_leak fault on this rank) the worker keeps ``leak_mb`` MiB per batch from fault_step
+    on: a cache that grows without bound, as an augmentation pipeline holding decoded images."""
+
+    def __init__(self, args, first: int, leak: bool):
+        self.args, self.first, self.leak = args, first, leak
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(1000 + RANK)
+        kept = []
+        for it in range(self.first, self.args.iters + 1):
+            time.sleep(self.args.step_sleep)
+            if self.leak and it >= self.args.fault_step:
+                kept.append(torch.ones(self.args.leak_mb * 1024 * 1024 // 4))
+            yield torch.randn(self.args.micro_batch, 256, generator=g)
+
+
 def save_checkpoint(args, it, model, opt):
     # Megatron-LM layout and messages (see module docstring); only rank 0 writes (pure data parallel)
     if RANK == 0:
@@ -183,7 +201,10 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=64)
     p.add_argument("--step-sleep", type=float, default=0.2, help="simulated input-pipeline wait per step")
     p.add_argument("--timeout", type=float, default=30.0, help="process-group timeout, seconds")
-    p.add_argument("--fault", choices=["none", "exception", "shape", "collmismatch", "leak", "uneven"], default="none")
+    p.add_argument("--fault", choices=["none", "exception", "shape", "collmismatch", "leak", "uneven", "loader_leak",
+                                       "segv", "uneven_exit"], default="none")
+    p.add_argument("--loader-workers", type=int, default=0,
+                   help="read batches through a torch DataLoader with this many worker processes (0: in the loop)")
     p.add_argument("--fault-rank", type=int, default=3)
     p.add_argument("--fault-step", type=int, default=15)
     p.add_argument("--leak-mb", type=int, default=96)
@@ -222,7 +243,11 @@ def main() -> None:
     w_true = torch.randn(256, 256, generator=torch.Generator().manual_seed(7)) / 20
     leak = []
     # uneven: this rank's data shard holds only fault_step batches, so its loop ends first
-    last_it = args.fault_step if args.fault == "uneven" and RANK == args.fault_rank else args.iters
+    last_it = args.fault_step if args.fault in ("uneven", "uneven_exit") and RANK == args.fault_rank else args.iters
+    batches = None
+    if args.loader_workers > 0:
+        ds = Batches(args, start + 1, RANK == args.fault_rank and args.fault == "loader_leak")
+        batches = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=args.loader_workers))
     done = start
     try:
         for it in range(start + 1, last_it + 1):
@@ -231,8 +256,15 @@ def main() -> None:
                 seed = torch.tensor([1000 * it + 1 if RANK == 0 else 0], dtype=torch.int64)
                 dist.broadcast(seed, src=0)
                 g.manual_seed(int(seed.item()) + RANK)
-            time.sleep(args.step_sleep)  # input pipeline
-            x = torch.randn(args.micro_batch, 256, generator=g)
+            if batches is not None:
+                x = next(batches)  # the worker sleeps step_sleep per batch (the input pipeline)
+            else:
+                time.sleep(args.step_sleep)  # input pipeline
+                x = torch.randn(args.micro_batch, 256, generator=g)
+            if args.fault == "segv" and RANK == args.fault_rank and it == args.fault_step:
+                # a crash in native code (a C extension reading a bad pointer): SIGSEGV, no Python traceback
+                import ctypes
+                ctypes.string_at(0)
             y = x @ w_true
             faulty = RANK == args.fault_rank and it >= args.fault_step
             if args.fault == "exception" and faulty:
@@ -276,6 +308,8 @@ def main() -> None:
                 save_checkpoint(args, it, net, opt)
             done = it
         log.info("training finished after %d iterations", done)
+        if args.fault == "uneven_exit" and RANK == args.fault_rank:
+            return  # a script that simply ends when its data does: exit 0, no barrier
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:
