@@ -439,9 +439,11 @@ TASK_EXIT_LINES_BEFORE, TASK_EXIT_LINES_AFTER = 200, 20
 def _first_failed_tasks(ev: pl.DataFrame) -> dict[str, tuple[int, str, int, int]]:
     """File -> (line, node, task, line of the srun record before it) of the one task whose
     error exit srun recorded first, when one task is that task: the only task that exited
-    with an error code, or, where srun then signalled the step (``--kill-on-bad-exit``:
-    ``_step_signal: Terminating StepId=...``), the only one recorded before that signal (the
-    tasks after it were stopped by srun)."""
+    with an error code or died of a signal other than the stop signals (``task 3: Segmentation
+    fault``), or, where srun
+    then signalled the step (``--kill-on-bad-exit``: ``_step_signal: Terminating
+    StepId=...``), the only one recorded before that signal (the tasks after it were stopped
+    by srun)."""
     slurm = ev.filter((pl.col("source") == "slurm") & pl.col("file").is_not_null()
                       & pl.col("kind").is_in([Kind.PROCESS_EXIT.value, Kind.JOB_STEP.value]))
     out: dict[str, tuple[int, str, int, int]] = {}
@@ -453,7 +455,10 @@ def _first_failed_tasks(ev: pl.DataFrame) -> dict[str, tuple[int, str, int, int]
                 if d.get("action") == "terminate" and term is None:
                     term = line
                 continue
-            if isinstance(d.get("exitcode"), int) and d["exitcode"] != 0 and (term is None or line < term):
+            # SIGTERM/SIGINT are how srun, Slurm and launchers stop a task: a consequence
+            died = (isinstance(d.get("exitcode"), int) and d["exitcode"] != 0
+                    or bool(d.get("signal")) and d.get("signal") not in ("SIGTERM", "SIGINT"))
+            if died and (term is None or line < term):
                 failed.append((line, d.get("hosts") or [], d.get("tasks") or [], prev))
             prev = line
         if len(failed) != 1:
@@ -469,15 +474,21 @@ def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
     task's whose error exit made the step fail (``_first_failed_tasks``: ``srun: error: n2:
     task 1: Exited with exit code 1``; Python exits 1 on an uncaught exception, the others
     were signalled): its node, and its rank when tasks are ranks."""
-    # no launcher tag at all: a torchrun worker's "[default3]:" line may be another node's
-    unlabelled = ((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("rank").is_null() & pl.col("host").is_null()
+    as_rank = tasks_are_ranks(ev)
+    # no launcher tag at all: a torchrun worker's "[default3]:" line may be another node's.
+    # Python's faulthandler ("Fatal Python error: Segmentation fault", then the thread's
+    # stack) is a dying process's last words too, where a task is a rank (under torchrun the
+    # agent's summary names the rank that died and its pid).
+    dying = pl.col("kind") == Kind.EXCEPTION.value
+    if as_rank:
+        dying = dying | pl.col("message").str.starts_with("Fatal Python error: ")
+    unlabelled = (dying & pl.col("rank").is_null() & pl.col("host").is_null()
                   & pl.col("local_rank").is_null() & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
     if not ev.select(unlabelled.any()).item():
         return ev
     first = _first_failed_tasks(ev)
     if not first:
         return ev
-    as_rank = tasks_are_ranks(ev)
     fills = [(f, line - TASK_EXIT_LINES_BEFORE, line + TASK_EXIT_LINES_AFTER, host, task if as_rank else None)
              for f, (line, host, task, _) in first.items()]
     for file, lo, hi, host, rank in fills:

@@ -462,3 +462,26 @@ def test_with_times_only_the_rank_that_stopped_first_is_the_suspect():
                      *[_timeout(r, 30.2) for r in (0, 2)])
     (f,) = silent_ranks(ev, 4)
     assert f.ranks == (3,)
+
+
+def _closed(rank: int, t: float) -> dict:
+    return dict(source="pytorch", kind="network_error", severity="error", rank=rank, host=HOST[rank], t=t, line=30,
+                file=f"logs/rank{rank}.log", message="[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9143",
+                attrs={"transport": "gloo", "status": "closed", "role": "peer"})
+
+
+def test_a_silent_rank_whose_last_words_end_its_training_ran_out_of_work():
+    # uneven_exit_rank2_nodebug_srun: rank 2's shard ran out, it logged the end and exited 0;
+    # its peers, one step further on, lost their connections to it
+    done = dict(_progress(2, 0.5, line=11), kind="activity", message="last time-stamped line of rank 2: [n2] train - training finished after 12 iterations")
+    ev = make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], done, *[_closed(r, 0.7) for r in (0, 1, 3)])
+    (f,) = silent_ranks(ev, 4)
+    assert (f.cause, f.ranks, f.hosts) == ("software_error", (2,), ("n2",))
+    assert "training finished after 12 iterations" in f.title and "different amounts of work" in f.title
+
+
+def test_a_silent_rank_whose_last_line_is_a_step_is_still_the_node():
+    # the same losses after an ordinary progress line (a rank stopped or killed): node_failure
+    ev = make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *[_closed(r, 0.7) for r in (0, 1, 3)])
+    (f,) = silent_ranks(ev, 4)
+    assert (f.cause, f.ranks) == ("node_failure", (2,))

@@ -538,3 +538,14 @@ def test_two_root_causes_before_the_first_failed_task_name_no_node() -> None:
     frames = [_rank_line(2), _root_cause(40, 2), _root_cause(60, 1), _srun_exit(70, "n2", 1, exitcode=1), _step_terminate(71)]
     ev = _tl(frames).events
     assert ev.filter(pl.col("rank").is_in([1, 2]))["host"].null_count() == ev.filter(pl.col("rank").is_in([1, 2])).height
+
+
+def test_a_task_that_died_of_a_signal_is_the_first_failure_and_its_faulthandler_lines_are_its_own() -> None:
+    # segv_rank3_srun: Python's faulthandler prints no rank; srun says 'task 3: Segmentation fault'
+    fh = make_event(kind="process_exit", source="catalog", file="slurm-2.out", line=4, host=None, rank=None, time=None,
+                    message="Fatal Python error: Segmentation fault", attrs={"catalog": "signals", "name": "sigsegv", "signal": "SIGSEGV"})
+    segv = make_event(kind="process_exit", source="slurm", host="n2", rank=None, time=None, file="slurm-2.out", line=20,
+                      message="srun: error: n2: task 3: Segmentation fault", attrs={"hosts": ["n2"], "tasks": [3], "signal": "SIGSEGV"})
+    frames = [fh, segv, _step_terminate(21), _srun_exit(23, "n2", 2, signal="SIGTERM"), _srun_exit(24, "n1", 0, signal="SIGTERM")]
+    row = _tl(frames).events.filter(pl.col("source") == "catalog").row(0, named=True)
+    assert (row["host"], row["rank"]) == ("n2", 3)

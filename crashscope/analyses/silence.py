@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import polars as pl
+import regex
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind, one_of
@@ -138,7 +139,16 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         else:
             title = f"Rank {', '.join(map(str, ranks))} stopped without an error while {len(peers)} peer rank(s) failed waiting for it"
     cause = "node_failure"
-    if not dead_nodes and _timed_out_too(loss, ranks, t_loss):
+    ended = not dead_nodes and all(_says_training_ended(last[r]) for r in ranks)
+    if ended:
+        # The suspect's last words say its training loop was over while its peers were still in
+        # theirs: it did not hang or die, it ran out of work first (an uneven data shard, a
+        # rank-dependent stopping condition) and left the collectives its peers went on calling.
+        cause = "software_error"
+        title = (f"Rank {', '.join(map(str, ranks))} ended its training ('{_line_text(last[ranks[0]])[:120]}') while "
+                 f"{len(peers)} peer rank(s) were still training and failed waiting for it: the ranks ran different "
+                 "amounts of work")
+    elif not dead_nodes and _timed_out_too(loss, ranks, t_loss):
         # The suspect was alive and waiting as well: it timed out on its peers while they
         # timed out on it. Both sides up, the path between them gone: cut off, not hung.
         cause = "fabric_timeout"
@@ -157,6 +167,11 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
         "(timeouts, connection closed, ranks missing from a barrier): the silent ranks stopped "
         "first (hung, stopped, or killed with their node). Silence says where, not why: read "
         "their node's kernel log (Xid, hung tasks, NFS, OOM killer) and the scheduler's record."
+    ) if not ended else (
+        "A rank that says its training finished, while its peers are still stepping and then fail "
+        "waiting on it, ran fewer steps than they did: every rank must issue the same collectives, "
+        "so unequal shards (or a stopping test that only some ranks pass) leave the others waiting "
+        "in a collective the finished rank never joins."
     )
     return [
         Finding(
@@ -166,6 +181,9 @@ def silent_ranks(events: pl.DataFrame, world: int | None) -> list[Finding]:
             actions=(
                 "Look at the silent ranks' node: kernel log (dmesg/journal) around the evidence time, `sinfo -R`, the GPU (nvidia-smi -q), and whether the processes were killed (sacct, srun/torchrun exit lines).",
                 "Drain and check that node before retrying the job on it.",
+            ) if not ended else (
+                "Give every rank the same number of steps: a DistributedSampler with drop_last, an equal per-rank step count, or DDP's join() context manager (torch.distributed.algorithms.Join) for uneven inputs.",
+                "Check any early-stopping or end-of-data test that runs on one rank only; broadcast its decision to all ranks.",
             ),
         )
     ]
@@ -437,6 +455,24 @@ def _cut_off_finding(ev: pl.DataFrame, own: pl.DataFrame, loss: pl.DataFrame, ra
 
 def _ns(t: Any) -> int | None:
     return int(t.timestamp() * 1_000_000_000) if t is not None else None
+
+
+# A trainer's own end-of-training words (HF Trainer "Training completed.", Megatron "after
+# training is done", Lightning "`Trainer.fit` stopped", scripts' "training finished/done"):
+# said as the rank's last line while its peers still trained.
+_TRAINING_ENDED = regex.compile(
+    r"(?i)\b(?:training|train loop|fit)\b[^\n]{0,40}?\b(?:finished|completed?|done|ended|is over)\b"
+    r"|\b(?:finished|completed|done with|end of) (?:the )?training\b|`Trainer\.fit` stopped"
+)
+
+
+def _line_text(row: dict[str, Any]) -> str:
+    msg = str(row.get("message") or "")
+    return msg.split(": ", 1)[1] if msg.startswith("last time-stamped line of") and ": " in msg else msg
+
+
+def _says_training_ended(row: dict[str, Any]) -> bool:
+    return row.get("kind") != Kind.PROCESS_EXIT.value and bool(_TRAINING_ENDED.search(_line_text(row)))
 
 
 def _timed_out_too(loss: pl.DataFrame, ranks: list[int], t_loss: Any) -> bool:
