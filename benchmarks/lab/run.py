@@ -1078,21 +1078,15 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
         ff = (log_time(line) if line else None, r0,
               f"rank {r0} segfaults (ctypes.string_at(0)) at iteration {sc['at']}, right after its last log line")
         fault = f"--fault segv: rank {r0} reads address 0 through ctypes at iteration {sc['at']} (SIGSEGV)"
-    elif kind == "uneven_exit":
+    elif kind in ("uneven", "uneven_exit"):
         r0 = ranks[0]
         line = first_line(logs[r0], r"training finished after")
+        then = "the script ended (exit 0)" if kind == "uneven_exit" else "it left the loop for the final barrier"
         ff = (log_time(line) if line else None, r0,
-              f"rank {r0}'s data ran out after iteration {sc['at']} and the script ended (exit 0) while its peers "
-              f"went on to iteration {sc['at'] + 1}")
-        fault = f"--fault uneven_exit: rank {r0}'s data shard holds {sc['at']} batches, and its script then returns"
-    elif kind == "uneven":
-        r0 = ranks[0]
-        line = first_line(logs[r0], r"training finished after")
-        ff = (log_time(line) if line else None, r0,
-              f"rank {r0}'s data ran out after iteration {sc['at']}: it left the loop for the final barrier "
-              f"while its peers went on to iteration {sc['at'] + 1}")
-        fault = (f"--fault uneven: rank {r0}'s data shard holds {sc['at']} batches, its peers' "
-                 f"{sc.get('iters', 60)}")
+              f"rank {r0}'s data ran out after iteration {sc['at']}: {then} while its peers went on to iteration "
+              f"{sc['at'] + 1}")
+        fault = (f"--fault {kind}: rank {r0}'s data shard holds {sc['at']} batches, its peers' {sc.get('iters', 60)}"
+                 + (", and its script then returns" if kind == "uneven_exit" else ""))
         if not line:
             notes.append(f"rank {r0} logged no 'training finished' line")
     elif kind == "enospc":
