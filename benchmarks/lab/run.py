@@ -303,10 +303,18 @@ HELD_OUT_12 = {
     "segv_rank0_nodebug_torchrun": S("segv", "torchrun", "software_error", [0], at=14, fmt="megatron", debug=None),
     "uneven_exit_rank2_nodebug_srun": S("uneven_exit", "srun", "software_error", [2], at=12, fmt="hf", debug=None),
 }
+# Thirteenth round: a node crash as Slurm sees one. nodekill kills a node's processes but leaves its slurmd
+# up, so Slurm never fails the node; here the node's slurmd and the step's slurmstepd die with its ranks,
+# slurmctld stops hearing from it, marks it DOWN after SlurmdTimeout (60 s) and ends the job NODE_FAIL.
+HELD_OUT_13 = {
+    "nodecrash_n2_srun": S("nodecrash", "srun", "node_failure", [2, 3], at=12, fmt="megatron"),
+    "nodecrash_n2_nodebug_torchrun": S("nodecrash", "torchrun", "node_failure", [2, 3], at=14, fmt="hf", debug=None),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
-          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12}
+          8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12,
+          13: HELD_OUT_13}
 
 
 def round_of(sid: str) -> int | None:
@@ -326,6 +334,7 @@ SCENARIOS.update(HELD_OUT_9)
 SCENARIOS.update(HELD_OUT_10)
 SCENARIOS.update(HELD_OUT_11)
 SCENARIOS.update(HELD_OUT_12)
+SCENARIOS.update(HELD_OUT_13)
 
 
 def world_of(sc) -> int:
@@ -695,6 +704,33 @@ def agent_pid_of(pid) -> int | None:
         return None
 
 
+def stepd_of(pid) -> int | None:
+    """The slurmstepd above a rank's process (its parent under srun, its agent's under torchrun)."""
+    for _ in range(6):
+        pid = agent_pid_of(pid)
+        if not pid or pid <= 1:
+            return None
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmstepd":
+                return pid
+        except OSError:
+            return None
+    return None
+
+
+def restart_slurmd(node: str) -> bool:
+    """Start a node's slurmd again (as slurm.sh does) and wait until Slurm has the node back."""
+    conf = str(SLURM_BASE / "etc" / "slurm.conf")
+    sh(["/usr/sbin/slurmd", "-f", conf, "-N", node])
+    def back() -> bool:
+        out = sh(["sinfo", "-h", "-N", "-n", node, "-o", "%t"]).stdout.split()
+        return bool(out) and out[0].rstrip("*") in ("idle", "mix", "alloc")
+    if not wait_for(back, 90, 1.0):
+        sh(["scontrol", "update", f"nodename={node}", "state=resume"])
+        return wait_for(back, 60, 1.0)
+    return True
+
+
 # ---------------------------------------------------------------- one scenario
 class OutputWatch:
     """The lab's clock on lines of a program that stamps none: polls the job's output files and keeps the
@@ -821,7 +857,7 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             fault = (f"rank {tgt} (pid {tpid}) moved into memory cgroup {cg.name} with "
                      f"memory.limit_in_bytes=1200MiB at {iso(utcnow())}; the program leaks 128 MiB/step "
                      f"from iteration {at} on that rank")
-        elif kind in ("sigstop", "sigstop_late_cont", "nodekill", "iptables", "cpu_starve",
+        elif kind in ("sigstop", "sigstop_late_cont", "nodekill", "nodecrash", "iptables", "cpu_starve",
                       "scancel", "scancel_step", "preempt_cancel", "preempt_requeue"):
             wr = tgt if tgt is not None else world - 1
             if not wait_progress(jobdir, wr, at):
@@ -863,6 +899,32 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                          f"{' and the torchrun agent' if sc['launcher'] == 'torchrun' else ''} on {node}) at {iso(t_inj)}")
                 ff = (t_inj, tgt, f"all processes of {node} SIGKILLed after iteration {at}"
                       + (" while rank 0's checkpoint write was in flight" if sc.get("during_save") else ""))
+            elif kind == "nodecrash":
+                # the host goes away: its ranks, its launchers, the step's slurmstepd and its slurmd all
+                # die at once, so Slurm stops hearing from the node and, after SlurmdTimeout, fails it
+                node = rank_node(sc, tgt)
+                victims = [pids[k][0] for k in sc["ranks"]]
+                stepd = stepd_of(victims[0])
+                if sc["launcher"] == "torchrun":
+                    ag = agent_pid_of(victims[0])
+                    if ag and ag != stepd:
+                        victims.append(ag)
+                if stepd:
+                    victims.append(stepd)
+                else:
+                    notes.append(f"no slurmstepd found above rank {tgt} (pid {tpid})")
+                slurmd_pid = int((SLURM_BASE / "run" / f"slurmd.{node}.pid").read_text().split()[0])
+                victims.append(slurmd_pid)
+                for v in victims:
+                    try:
+                        os.kill(v, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                cleanup.append(lambda node=node: restart_slurmd(node) or say(f"slurmd {node} did not come back"))
+                fault = (f"kill -KILL {' '.join(map(str, victims))} (every rank process"
+                         f"{' and the torchrun agent' if sc['launcher'] == 'torchrun' else ''} on {node}, the step's "
+                         f"slurmstepd there and slurmd {node}) at {iso(t_inj)}: the node is gone to Slurm")
+                ff = (t_inj, tgt, f"{node} crashed (all its processes and its slurmd killed) after iteration {at}")
             elif kind == "iptables":
                 ports = ports_of(tpid)
                 ipt_setup()
@@ -1197,6 +1259,8 @@ def main():
                     help="only the eleventh round: the full checkpoint disk under train_other.py (HELD_OUT_11)")
     ap.add_argument("--held-out-12", action="store_true",
                     help="only the twelfth round: a DataLoader worker's OOM kill, segfaults, an early clean exit (HELD_OUT_12)")
+    ap.add_argument("--held-out-13", action="store_true",
+                    help="only the thirteenth round: a node crash that Slurm fails the job for (HELD_OUT_13)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
