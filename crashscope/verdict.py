@@ -308,6 +308,13 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             borrowed = borrowed or primary  # the first failure below gets the node too
         if not v.implicated.ranks:
             v.implicated = _ranks_from_launcher(v.implicated, primary, ev)
+        if not v.implicated.ranks and top == "node_failure" and v.implicated.nodes:
+            # The scheduler names the failed node, not its ranks; another finding of the same
+            # cause on that node (its ranks fell silent) says which ranks died with it.
+            on = set(v.implicated.nodes)
+            died = sorted({int(r) for f in same if f.ranks and f.hosts and set(f.hosts) <= on for r in f.ranks})
+            if 0 < len(died) <= MAX_NAMED_RANKS:
+                v.implicated = Implicated(nodes=v.implicated.nodes, ranks=died, gpus=v.implicated.gpus)
         # The first failure is the earliest in-window evidence of the verdict's cause (an
         # mlx5 port event seconds before NCCL's completion error), on the implicated hosts.
         hosts = set(v.implicated.nodes)
