@@ -237,6 +237,16 @@ def test_the_lone_reset_verdict_is_low_and_says_what_is_missing(tmp_path: Path) 
     assert r["first_failure"]["line"] == 1 and r["first_failure"]["node"] == "gpu-server320"
 
 
+def test_the_heartbeat_monitors_store_reset_is_the_store_hosts_end(tmp_path: Path) -> None:
+    # ProcessGroupNCCL's heartbeat monitor says in its own words that the reset came from the
+    # TCPStore's host going away (NVIDIA-NeMo/Megatron-Bridge#1581: the OOM-killed run's
+    # survivors): a process story, not a lone network reset.
+    r = _analyze(tmp_path, {"log.txt": "[rank41]:[W1125 19:49:13.737053108 ProcessGroupNCCL.cpp:1781] [PG ID 0 PG GUID 0(default_pg) Rank 41] "
+                            "Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Connection reset by peer\n"})
+    assert r["cause"] == "unknown"
+    assert not any(e["rule"] == RULE_ID for e in r["evidence"])
+
+
 def test_survivors_resets_after_a_node_was_killed_stay_symptoms(tmp_path: Path) -> None:
     # A recorded run (real Slurm, real gloo): node n1's processes were SIGKILLed and the
     # survivors saw "Connection reset by peer"; srun's exit lines say who died.

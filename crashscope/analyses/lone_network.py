@@ -30,7 +30,10 @@ WEIGHT = 0.35  # above MIN_CAUSE_SCORE so it can name the cause alone; its cap (
 RESET_RX = r"(?i)connection reset by peer|software caused connection abort|\bECONNRESET\b|\bECONNABORTED\b"
 # A peer that went away (FIN, nothing listening) or a peer that is alive but absent: those say a
 # process stopped or died, so the reset is then that story's symptom.
-PEER_GONE_RX = r"(?i)closed by (?:remote )?peer|connection refused|\bECONNREFUSED\b|timed out waiting|pair closure"
+# PyTorch's heartbeat monitor says it in its own words when the reset came from the TCPStore's
+# host: "Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut
+# down too early), with error: Connection reset by peer" (ProcessGroupNCCL.cpp).
+PEER_GONE_RX = r"(?i)closed by (?:remote )?peer|connection refused|\bECONNREFUSED\b|timed out waiting|pair closure|TCPStore server has shut down"
 # Lines that wrap the reset (the c10d/NCCL error it raised, the propagation stack): not another story.
 WRAPPER_RX = r"(?i)NCCL error|DistBackendError|ncclSystemError|ncclRemoteError|unhandled system error|remote process exited or there was a network error|socket"
 CARRIER_KINDS = (Kind.NETWORK_ERROR.value, Kind.NCCL_ERROR.value, Kind.LOG_ERROR.value, Kind.EXCEPTION.value, Kind.WATCHDOG_ERROR.value)
