@@ -86,7 +86,7 @@ class Kind(str, Enum):
     LINK_EVENT = "link_event"  # mlx5/IB port module, link down/up, health; attrs: device, state
     STORAGE_ERROR = "storage_error"  # NFS not responding, Lustre lost, GPFS; attrs: fs, server
     STORAGE_RECOVERED = "storage_recovered"  # NFS OK, Lustre restored; attrs: fs, server
-    HUNG_TASK = "hung_task"  # attrs: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|...)
+    HUNG_TASK = "hung_task"  # attrs: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|localfs|...)
     PCIE_ERROR = "pcie_error"  # AER; attrs: severity, device
     MCE = "mce"  # machine check
     KERNEL_PANIC = "kernel_panic"  # panic, oops, soft/hard lockup, RCU stall; attrs: text

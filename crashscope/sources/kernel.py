@@ -39,8 +39,9 @@ Kinds and attrs:
 * storage_error / storage_recovered: fs (nfs|lustre), server (NFS server or Lustre NID),
   target (Lustre target), obd, program (RPC program), state (not_responding|timed_out|ok|
   lost|restored|evicted|request_timeout|op_failed), op, rc.
-* hung_task: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|other), top_frames
-  (up to 6 non-scheduler symbols), modules (module names seen in the trace).
+* hung_task: comm, pid (None when the reporter redacted it; pid_redacted keeps the token),
+  seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|localfs|other; localfs = jbd2/ext4/xfs/btrfs),
+  top_frames (up to 6 non-scheduler symbols), modules (module names seen in the trace).
 * host_oom: comm, pid, uid, invoker, constraint, oom_memcg, task_memcg, job_id, step, task,
   anon_rss_kb, cgroup (bool: memcg OOM). job_id column from the Slurm cgroup path.
 * pcie_error: severity (corrected|non_fatal|fatal|multiple...), device (reporting port),
@@ -431,7 +432,10 @@ _LUSTRE_EXPIRE = lazy_compile(
 _LUSTRE_OPFAIL = lazy_compile(r"(?P<obd>\S+): operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc = (?P<rc>-?\d+)")
 _LUSTRE_OBD_TARGET = lazy_compile(r"^(?P<target>.+?)-(?:osc|mdc|lwp|mgc|osp)-")
 
-_HUNG = lazy_compile(r"INFO: task (?P<comm>.+):(?P<pid>\d+) blocked for more than (?P<sec>\d+) seconds\.")
+# kernel/hung_task.c: "INFO: task %s:%d blocked for more than %ld seconds." Reporters who paste
+# the message into a ticket or forum often redact the pid ("python:XXXX", "$NAME:$PID"): the
+# report is still a hung task, with the pid unknown.
+_HUNG = lazy_compile(r"INFO: task (?P<comm>.+):(?:(?P<pid>\d+)|(?P<redacted>[^\s:\d][^\s:]*)) blocked for more than (?P<sec>\d+) seconds\.")
 _FRAME = lazy_compile(r"^\s*(?:\[<[0-9a-fA-F]+>\]\s*)?(?:\?\s+)?(?P<sym>[\w.$]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?:\s+\[(?P<mod>[\w-]+)\])?")
 _HUNG_CONT = lazy_compile(r"Call Trace:|hung_task_timeout_secs|^task:\S+ +state:")
 # 32-bit ARM unwinder (arch/arm/kernel/traps.c dump_backtrace_entry):
@@ -497,6 +501,10 @@ _SUBSYS_MODULES = {
     "gpfs": {"mmfs26", "mmfslinux", "tracedev", "mmfs"},
     "nvidia": {"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nv_peer_mem"},
     "rdma": {"mlx5_ib", "mlx5_core", "ib_core", "ib_uverbs", "rdma_cm", "ib_cm", "rdma_ucm", "ib_ipoib", "mlx4_ib"},
+    # local/block-device file systems: the journal or writeback waiting on the disk (fs/jbd2,
+    # fs/ext4, fs/xfs, fs/btrfs). Checked after the network file systems and the drivers above
+    # only by frame order, so an NFS trace with an ext4 frame further down stays nfs.
+    "localfs": {"jbd2", "ext4", "xfs", "btrfs"},
 }
 _SUBSYS_SYMBOLS = (
     ("nfs", ("nfs_", "nfs4_", "rpc_", "__rpc_", "xprt_", "lockd_", "nlmclnt_")),
@@ -504,6 +512,7 @@ _SUBSYS_SYMBOLS = (
     ("gpfs", ("cxiWait", "mmfs", "gpfs", "_ZN")),
     ("nvidia", ("uvm_", "nv_", "_nv0", "os_acquire", "rm_")),
     ("rdma", ("mlx5_", "ib_", "rdma_")),
+    ("localfs", ("jbd2_", "ext4_", "xfs_", "btrfs_")),
 )
 
 
@@ -695,7 +704,7 @@ class _Parser:
             if not m:
                 ctx.warn("hung task report not understood", n, msg)
                 return
-            pid = int(m.group("pid"))
+            pid = int(m.group("pid")) if m.group("pid") else None
             if self.orphan and n - self.orphan_lines[1] <= 2:
                 # khungtaskd prints its reports back to back: the frames right above this header
                 # are the end of the previous report, whose header is not in the log.
@@ -709,7 +718,9 @@ class _Parser:
                           message="stack of an earlier hung-task report (its 'INFO: task ... blocked' header is not in the log)")
             self.orphan = []
             self.block = _Pending(Kind.HUNG_TASK, n, msg.strip(), info,
-                                  {"comm": m.group("comm"), "pid": pid, "seconds": int(m.group("sec"))}, Severity.ERROR, pid=pid, last_line=n)
+                                  {"comm": m.group("comm"), "pid": pid, "seconds": int(m.group("sec")),
+                                   **({"pid_redacted": m.group("redacted")} if m.group("redacted") else {})},
+                                  Severity.ERROR, pid=pid, last_line=n)
             return
         if "Port module event" in msg:
             m = _PORT_MODULE.search(msg)
@@ -779,7 +790,7 @@ class _Parser:
         if "segfault at" in msg or "traps: " in msg:
             m = _SEGV.search(msg)
             if m:
-                pid = int(m.group("pid"))
+                pid = int(m.group("pid")) if m.group("pid") else None
                 self.emit(Kind.SEGFAULT, n, info, Severity.ERROR, {
                     "comm": m.group("comm"), "pid": pid, "type": "segfault", "address": "0x" + m.group("addr"),
                     "ip": "0x" + m.group("ip"), "error_code": int(m.group("err"), 16), "library": m.group("lib"),
@@ -787,7 +798,7 @@ class _Parser:
                 return
             m = _TRAP.search(msg)
             if m:
-                pid = int(m.group("pid"))
+                pid = int(m.group("pid")) if m.group("pid") else None
                 what = m.group("what")
                 self.emit(Kind.SEGFAULT, n, info, Severity.ERROR, {
                     "comm": m.group("comm"), "pid": pid, "type": "general_protection" if what.startswith("general") else "trap",
@@ -930,7 +941,7 @@ class _Parser:
             return True
         m = _OOM_KILLED.search(msg)
         if m:
-            pid = int(m.group("pid"))
+            pid = int(m.group("pid")) if m.group("pid") else None
             p = self.oom
             if p is None or (p.pid is not None and p.pid != pid):
                 self.flush_oom()
@@ -978,7 +989,7 @@ class _Parser:
             return True
         m = _SOFT_LOCKUP.search(msg)
         if m:
-            pid = int(m.group("pid"))
+            pid = int(m.group("pid")) if m.group("pid") else None
             self.emit(Kind.KERNEL_PANIC, n, info, Severity.ERROR, {
                 "type": "soft_lockup", "cpu": int(m.group("cpu")), "seconds": int(m.group("sec")), "comm": m.group("comm"), "pid": pid,
             })
