@@ -148,3 +148,38 @@ def test_ms_swift_end_of_main_is_a_run_end() -> None:
     # the start of main is no end
     df, _ = parse_text("applog", "[INFO:swift] Start time of running main: 2025-09-11 15:46:34.473503\n", "train.log")
     assert df.filter(pl.col("kind") == "run_end").height == 0
+
+
+def test_kernel_indented_dmesg_keeps_its_stamp_and_times_an_nfs_stall() -> None:
+    """A console excerpt pasted with indentation is still dmesg: the monotonic stamp is read,
+    and the NFS recovery carries how long the stall lasted (first 'not responding' to 'OK')."""
+    import json
+
+    from crashscope.testing import parse_text
+
+    lines = ["    [  959.792370] nfs: server 192.168.16.10 not responding, still trying",
+             "    [ 1003.793368] nfs: server 192.168.16.10 not responding, still trying",
+             "    [ 1917.894851] nfs: server 192.168.16.10 OK",
+             "[ 2000.000001] nfs: server other OK"]
+    df, warns = parse_text("kernel", "\n".join(lines) + "\n", name="dmesg.txt")
+    rec = df.filter(df["kind"] == "storage_recovered")
+    attrs = [json.loads(a) for a in rec["attrs"].to_list()]
+    assert [a.get("stall_seconds") for a in attrs] == [958.1, None], attrs  # 'other' never stalled
+    assert attrs[0]["mono"] == "1917.894851"
+    assert rec["message"].to_list()[0] == "nfs: server 192.168.16.10 OK"
+
+
+def test_kernel_hung_task_with_a_redacted_pid_is_still_a_hung_task() -> None:
+    import json
+
+    from crashscope.testing import parse_text
+
+    lines = ["INFO: task python:XXXX blocked for more than 120 seconds.",
+             "Call Trace:",
+             " [<ffffffffc041afe9>] ? jbd2_log_wait_commit+0xa9/0x130 [jbd2]",
+             "INFO: task kworker/3:1:212 blocked for more than 122 seconds."]
+    df, warns = parse_text("kernel", "\n".join(lines) + "\n", name="dmesg.txt")
+    hung = [json.loads(a) for a in df.filter(df["kind"] == "hung_task")["attrs"].to_list()]
+    assert [(h["comm"], h.get("pid"), h.get("pid_redacted"), h["subsystem"]) for h in hung] == [
+        ("python", None, "XXXX", "localfs"), ("kworker/3:1", 212, None, "other")], hung
+    assert not [w for w in warns if "not understood" in w.message]

@@ -39,6 +39,8 @@ Kinds and attrs:
 * storage_error / storage_recovered: fs (nfs|lustre), server (NFS server or Lustre NID),
   target (Lustre target), obd, program (RPC program), state (not_responding|timed_out|ok|
   lost|restored|evicted|request_timeout|op_failed), op, rc.
+  storage_recovered for NFS: stall_seconds (first 'not responding' to 'OK' on the same host and
+  server, by wall time or, within one boot, the monotonic stamp; absent when not known).
 * hung_task: comm, pid (None when the reporter redacted it; pid_redacted keeps the token),
   seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|localfs|other; localfs = jbd2/ext4/xfs/btrfs),
   top_frames (up to 6 non-scheduler symbols), modules (module names seen in the trace).
@@ -330,6 +332,12 @@ def _container(text: str, ctx: ParseContext, n: int | None = None) -> _Line | No
             out.time = ctx.local_ns(int(m.group("cyear")), MONTHS[m.group("cmon")], int(m.group("cday")), int(m.group("ch")), int(m.group("cm")), int(m.group("cs")))
             out.quality = ctx.local_quality() if out.time is not None else None
     m = _MONO.match(rest)
+    if m is None and out.time is None and rest[:1] in (" ", "\t"):
+        # a console excerpt pasted with indentation (a forum code block, a quoted ticket):
+        # "    [  959.792370] nfs: ..." is still a dmesg line with its monotonic stamp
+        lead = rest.lstrip(" \t")
+        if (lm := _MONO.match(lead)) is not None:
+            rest, m = lead, lm
     if m:
         out.mono_us = int(m.group("sec")) * 1_000_000 + _frac_ns(m.group("frac")) // 1000
         rest = rest[m.end():]
@@ -563,6 +571,9 @@ class _Parser:
         # stack frames outside any block: the tail of a report whose header was cut off (a pasted dmesg)
         self.orphan: list[tuple[str, str | None]] = []
         self.orphan_lines: tuple[int, int] = (0, 0)
+        # first "nfs: server X not responding" per (host, program, server) not yet followed by
+        # "server X OK": (wall time ns, monotonic us, boot) to measure how long the stall lasted
+        self.nfs_down: dict[tuple[str | None, str, str], tuple[int | None, int | None, int]] = {}
 
     # -- output ----------------------------------------------------------------------------------
     def base_attrs(self, info: _Line) -> dict[str, Any]:
@@ -583,6 +594,18 @@ class _Parser:
             time=info.time, time_quality=info.quality if info.time is not None else None,
             host=info.host, attrs=full, **kw,
         )
+
+    def stall_seconds(self, down: tuple[int | None, int | None, int] | None, info: _Line) -> float | None:
+        """Seconds from the first 'not responding' to this recovery: by wall time when both
+        lines have it, else by the kernel's monotonic stamp within one boot; None if unknown."""
+        if down is None:
+            return None
+        t0, mono0, boot0 = down
+        if t0 is not None and info.time is not None and info.time >= t0:
+            return round((info.time - t0) / 1e9, 1)
+        if mono0 is not None and info.mono_us is not None and boot0 == self.boot and info.mono_us >= mono0:
+            return round((info.mono_us - mono0) / 1e6, 1)
+        return None
 
     def flush_block(self) -> None:
         p, self.block = self.block, None
@@ -757,10 +780,14 @@ class _Parser:
             m = _NFS.search(msg)
             if m:
                 prog, server = m.group("prog"), m.group("server")
+                key = (info.host, prog, server)
                 if m.group("ok"):
-                    self.emit(Kind.STORAGE_RECOVERED, n, info, Severity.INFO, {"fs": "nfs", "program": prog, "server": server, "state": "ok"})
+                    self.emit(Kind.STORAGE_RECOVERED, n, info, Severity.INFO, {
+                        "fs": "nfs", "program": prog, "server": server, "state": "ok",
+                        "stall_seconds": self.stall_seconds(self.nfs_down.pop(key, None), info)})
                 else:
                     st = "not_responding" if m.group("how") == "still trying" else "timed_out"
+                    self.nfs_down.setdefault(key, (info.time, info.mono_us, self.boot))
                     self.emit(Kind.STORAGE_ERROR, n, info, Severity.ERROR, {"fs": "nfs", "program": prog, "server": server, "state": st})
             return
         if self.lustre(n, msg, info):
