@@ -85,7 +85,7 @@ class Kind(str, Enum):
     GPU_THROTTLE = "gpu_throttle"  # attrs: reasons (list), mask
     LINK_EVENT = "link_event"  # mlx5/IB port module, link down/up, health; attrs: device, state
     STORAGE_ERROR = "storage_error"  # NFS not responding, Lustre lost, GPFS; attrs: fs, server
-    STORAGE_RECOVERED = "storage_recovered"  # NFS OK, Lustre restored; attrs: fs, server
+    STORAGE_RECOVERED = "storage_recovered"  # NFS OK, Lustre restored; attrs: fs, server (NFS: stall_seconds)
     HUNG_TASK = "hung_task"  # attrs: comm, pid, seconds, subsystem (nfs|lustre|gpfs|nvidia|rdma|localfs|...)
     PCIE_ERROR = "pcie_error"  # AER; attrs: severity, device
     MCE = "mce"  # machine check
