@@ -571,6 +571,14 @@ def rank_pid(jobdir, r, after: float = 0.0):
     return int(m.group(1)), m.group(2)
 
 
+def memcg_confine(sid: str, pid: int, mib: int, cleanup: list) -> str:
+    """Move ``pid`` into a new memory cgroup of ``mib`` MiB (removed by ``cleanup``); its name."""
+    cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": mib * 1024 * 1024})
+    cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
+    cg_move(cg, pid)
+    return cg.name
+
+
 def children_of(pid: int) -> list[int]:
     """The pids whose parent is ``pid`` (a rank's DataLoader workers)."""
     try:
@@ -844,17 +852,13 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             if wid is None:
                 notes.append(f"rank {tgt} (pid {tpid}) started no DataLoader worker within 60 s")
             else:
-                cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 600 * 1024 * 1024})
-                cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
-                cg_move(cg, wid)
+                cg = memcg_confine(sid, wid, 600, cleanup)
                 fault = (f"rank {tgt}'s DataLoader worker (pid {wid}, child of the rank's pid {tpid}) moved into memory "
-                         f"cgroup {cg.name} with memory.limit_in_bytes=600MiB at {iso(utcnow())}; the worker keeps "
+                         f"cgroup {cg} with memory.limit_in_bytes=600MiB at {iso(utcnow())}; the worker keeps "
                          f"128 MiB per batch from iteration {at} on")
         elif kind == "oom":
-            cg = cg_make(MEMCG_PARENT, f"cslab_{sid}", {"memory.limit_in_bytes": 1200 * 1024 * 1024})
-            cleanup.append(lambda cg=cg: cg_remove(cg, MEMCG_PARENT))
-            cg_move(cg, tpid)
-            fault = (f"rank {tgt} (pid {tpid}) moved into memory cgroup {cg.name} with "
+            cg = memcg_confine(sid, tpid, 1200, cleanup)
+            fault = (f"rank {tgt} (pid {tpid}) moved into memory cgroup {cg} with "
                      f"memory.limit_in_bytes=1200MiB at {iso(utcnow())}; the program leaks 128 MiB/step "
                      f"from iteration {at} on that rank")
         elif kind in ("sigstop", "sigstop_late_cont", "nodekill", "nodecrash", "iptables", "cpu_starve",
