@@ -4,8 +4,10 @@ a throughput collapse. Events are built in code; the texts are those real runs w
 
 from __future__ import annotations
 
+import pytest
+
 from crashscope.analyses.progress import throughput_collapse
-from crashscope.analyses.silence import MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks, step_cancelled
+from crashscope.analyses.silence import _TRAINING_ENDED, MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks, step_cancelled
 from tests.factories import make_events
 
 GLOO_TIMEOUT = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete"
@@ -485,3 +487,17 @@ def test_a_silent_rank_whose_last_line_is_a_step_is_still_the_node():
     ev = make_events(*[_progress(r, 0.0 + r / 100) for r in range(4)], *[_closed(r, 0.7) for r in (0, 1, 3)])
     (f,) = silent_ranks(ev, 4)
     assert (f.cause, f.ranks) == ("node_failure", (2,))
+
+
+@pytest.mark.parametrize("line, ended", [
+    ("training finished after 12 iterations", True),
+    ("Training completed. Do not forget to share your model on huggingface.co/models =)", True),  # HF Trainer
+    ("[after training is done] datetime: 2026-12-03 07:02:08", True),  # Megatron print_datetime
+    ("`Trainer.fit` stopped: `max_epochs=3` reached.", True),  # Lightning
+    ("Training epoch 3 finished", False),  # the end of an epoch or a step is progress
+    ("training step 1200 done in 0.3s", False),
+    ("Finished epoch 3", False),
+    ("train loop iteration 5 completed", False),
+])
+def test_what_counts_as_a_rank_saying_its_training_ended(line: str, ended: bool) -> None:
+    assert bool(_TRAINING_ENDED.search(line)) is ended

@@ -461,7 +461,9 @@ def _ns(t: Any) -> int | None:
 # training is done", Lightning "`Trainer.fit` stopped", scripts' "training finished/done"):
 # said as the rank's last line while its peers still trained.
 _TRAINING_ENDED = regex.compile(
-    r"(?i)\b(?:training|train loop|fit)\b[^\n]{0,40}?\b(?:finished|completed?|done|ended|is over)\b"
+    # (not the end of an epoch or a step: "Training epoch 3 finished" is a progress line)
+    r"(?i)\b(?:training|train loop|fit)\b(?:(?!\b(?:epoch|step|iter\w*|batch|phase|stage|round)\b)[^\n]){0,40}?"
+    r"\b(?:finished|completed?|done|ended|is over)\b"
     r"|\b(?:finished|completed|done with|end of) (?:the )?training\b|`Trainer\.fit` stopped"
 )
 
