@@ -414,8 +414,10 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if pr.height:
         m = pr.group_by(["host", "pid"]).agg(pl.col("rank").mode().first().alias("_pr"))
         ev = _fill_nulls(ev, m, ["host", "pid"], {"rank": "_pr"})
-    ev = _failed_task_exceptions(ev)
-    ev = _root_cause_task_hosts(ev)
+    # srun's record of the task that made the step fail, read once for both placements below
+    first_failed, as_rank = _first_failed_tasks(ev), tasks_are_ranks(ev)
+    ev = _failed_task_exceptions(ev, first_failed, as_rank)
+    ev = _root_cause_task_hosts(ev, first_failed, as_rank)
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
@@ -469,12 +471,13 @@ def _first_failed_tasks(ev: pl.DataFrame) -> dict[str, tuple[int, str, int, int]
     return out
 
 
-def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
+def _failed_task_exceptions(ev: pl.DataFrame, first: dict[str, tuple[int, str, int, int]], as_rank: bool) -> pl.DataFrame:
     """An unlabelled Python traceback in srun's output (no ``srun -l``, no ``[rankN]:``) is the
     task's whose error exit made the step fail (``_first_failed_tasks``: ``srun: error: n2:
     task 1: Exited with exit code 1``; Python exits 1 on an uncaught exception, the others
     were signalled): its node, and its rank when tasks are ranks."""
-    as_rank = tasks_are_ranks(ev)
+    if not first:
+        return ev
     # no launcher tag at all: a torchrun worker's "[default3]:" line may be another node's.
     # Python's faulthandler ("Fatal Python error: Segmentation fault", then the thread's
     # stack) is a dying process's last words too, where a task is a rank (under torchrun the
@@ -486,9 +489,6 @@ def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
                   & pl.col("local_rank").is_null() & ~pl.col("attrs").str.contains('"srun_task"', literal=True))
     if not ev.select(unlabelled.any()).item():
         return ev
-    first = _first_failed_tasks(ev)
-    if not first:
-        return ev
     fills = [(f, line - TASK_EXIT_LINES_BEFORE, line + TASK_EXIT_LINES_AFTER, host, task if as_rank else None)
              for f, (line, host, task, _) in first.items()]
     for file, lo, hi, host, rank in fills:
@@ -498,7 +498,7 @@ def _failed_task_exceptions(ev: pl.DataFrame) -> pl.DataFrame:
     return ev
 
 
-def _root_cause_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+def _root_cause_task_hosts(ev: pl.DataFrame, first: dict[str, tuple[int, str, int, int]], as_rank: bool) -> pl.DataFrame:
     """Under torchrun started by srun (one elastic agent per node), the agent whose worker
     failed prints the ChildFailedError summary and exits 1, and srun records that task's
     exit right after draining its output; the summary's own host is the container's or
@@ -507,13 +507,12 @@ def _root_cause_task_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     srun's record before it, is that task's node's when it is the only one there: its rank ran
     there. Two agents whose workers both failed print their summaries in either order before
     srun records either exit (recorded: iptables_rank1_nodebug_torchrun), so two say nothing."""
-    if not under_torchrun(ev) or tasks_are_ranks(ev):
+    if not first or as_rank or not under_torchrun(ev):
         return ev
     roots = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("rank").is_not_null()
                       & (_attr("attrs", "root") == "true"))
     if roots.height == 0 or roots["host"].null_count() == 0:
         return ev
-    first = _first_failed_tasks(ev)
     ranks: dict[int, str] = {}
     for f, (line, host, _, before) in first.items():
         near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
