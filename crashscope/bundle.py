@@ -63,6 +63,9 @@ class Entry:
     size: int | None  # on-disk (compressed) size
     stream: BinaryIO  # decompressed bytes; valid until the walk moves on
     compression: str | None = None
+    # The open descriptor of a plain file on disk without holes (None for anything else),
+    # for a helper process to read it (crashscope/rgpass.py); valid while ``stream`` is.
+    fd: int | None = None
 
 
 @dataclass(slots=True)
@@ -479,10 +482,10 @@ def _yield_file(abs_path: str, rel: str, root: str | None = None) -> Iterator[En
         # a file with holes (fewer blocks than its size) is read around them.
         sparse = st is not None and hasattr(os, "SEEK_DATA") and st.st_blocks * 512 + SPARSE_SLACK < size
         reader = BoundedReader(fh, size, fh.fileno() if sparse else None)
-        yield from _yield_stream(reader, rel, size, depth=0)  # type: ignore[arg-type]
+        yield from _yield_stream(reader, rel, size, depth=0, fd=None if sparse else fh.fileno())  # type: ignore[arg-type]
 
 
-def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iterator[Entry | Skipped]:
+def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int, fd: int | None = None) -> Iterator[Entry | Skipped]:
     magic, err = read_head(raw, 8)
     kind = _magic_kind(magic)
     plain = kind is None and depth == 0  # a file on disk as it is (or a plain tar, below)
@@ -508,7 +511,7 @@ def _yield_stream(raw: BinaryIO, rel: str, size: int | None, depth: int) -> Iter
         yield from _yield_tar(peek, rel)
         return
     peek.direct = plain
-    yield Entry(path=rel, name=name, size=size, stream=peek, compression=kind)  # type: ignore[arg-type]
+    yield Entry(path=rel, name=name, size=size, stream=peek, compression=kind, fd=fd if plain else None)  # type: ignore[arg-type]
 
 
 def _yield_tar(stream: BinaryIO, rel: str) -> Iterator[Entry | Skipped]:

@@ -23,8 +23,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 import polars as pl
 import regex
 
-from crashscope import envelope
-from crashscope.bundle import Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, host_hint_from_prompt, looks_binary, open_ref, rank_hint_from_path, read_head, scan
+from crashscope import envelope, rgpass
+from crashscope.bundle import HEAD_BYTES, BoundedReader, Entry, FileRef, PeekStream, Skipped, _describe, host_hint_from_path, host_hint_from_prompt, looks_binary, open_ref, rank_hint_from_path, read_head, scan
 from crashscope.schema import EVENT_SCHEMA
 from crashscope.sources import LINE_SOURCES, sniff_scores
 from crashscope.sources.base import FileInfo, FileSource, LineSource, ParseContext, ParseOptions, decode, frame_from_rows
@@ -334,23 +334,48 @@ def ingest_batch(
     deferred: list[tuple[int, _Deferred]] = []  # whole files a batchable source reads together, at the end
 
     def flush() -> None:
+        """Parse the read-ahead files and ripgrep's files, in walk order: the sniff of
+        a family of files (``_sniff_siblings``) reports runner-ups for its first only."""
         nonlocal pos
-        if not pending:
+        if not pending and not rg_files:
             return
-        t0, c0 = time.perf_counter(), time.process_time()
-        spans = [(start, n) for _, _, start, n in pending if start >= 0]
-        hits = iter(_bulk_hits(mv[:pos], spans) if spans else [])
-        share = (time.perf_counter() - t0) / len(pending)  # the one bulk pass, split evenly
-        cpu_share = (time.process_time() - c0) / len(pending)
-        for slot, item, start, _ in pending:
-            # pre None: a file the bulk pass does not take; its bytes go the plain way
-            pre = next(hits) if start >= 0 else None
-            res = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=pre, defer=True)
-            rec = res.rec if isinstance(res, _Deferred) else res[0]
-            rec.seconds += share
-            rec.cpu_seconds += cpu_share
-            put(slot, res)
+        todo: list[tuple[int, Entry, tuple[pl.DataFrame, int, int] | None, float, float, int | None]] = []
+        if pending:
+            t0, c0 = time.perf_counter(), time.process_time()
+            spans = [(start, n) for _, _, start, n in pending if start >= 0]
+            hits = iter(_bulk_hits(mv[:pos], spans) if spans else [])
+            share = (time.perf_counter() - t0) / len(pending)  # the one bulk pass, split evenly
+            cpu_share = (time.process_time() - c0) / len(pending)
+            for slot, item, start, _ in pending:
+                # pre None: a file the bulk pass does not take; its bytes go the plain way
+                todo.append((slot, item, next(hits) if start >= 0 else None, share, cpu_share, None))
+        if rg_files:
+            t0, c0 = time.perf_counter(), time.process_time()
+            sizes = [e.size or 0 for _, e, _, _ in rg_files]
+            pres = _rg_hits(rgpass.scan(rg, [(fd, n) for (_, _, _, fd), n in zip(rg_files, sizes)], MAX_LINE_BYTES), sizes)  # type: ignore[arg-type]
+            share = (time.perf_counter() - t0) / len(rg_files)
+            cpu_share = (time.process_time() - c0) / len(rg_files)
+            for (slot, item, head, fd), pre in zip(rg_files, pres):
+                # the file from our descriptor, bounded at its size at open: read only for
+                # its head where rg's lines are used, and whole where they are not
+                fh = os.fdopen(fd, "rb", buffering=0, closefd=False)  # closed below, by us
+                fh.seek(len(head))
+                stream = PeekStream(head, BoundedReader(fh, (item.size or 0) - len(head)), direct=True)  # type: ignore[arg-type]
+                todo.append((slot, Entry(item.path, item.name, item.size, stream), pre, share, cpu_share, fd))
+        todo.sort(key=lambda t: t[0])
+        try:
+            for slot, item, pre, share, cpu_share, fd in todo:
+                res = _ingest_entry(item, options, overrides, sniff_cache, budget, pre=pre, defer=True)
+                rec = res.rec if isinstance(res, _Deferred) else res[0]
+                rec.seconds += share
+                rec.cpu_seconds += cpu_share
+                put(slot, res)
+        finally:
+            for *_, fd in todo:
+                if fd is not None:
+                    os.close(fd)
         pending.clear()
+        rg_files.clear()
         pos = 0
 
     def put(slot: int, res: "tuple[FileRecord, list[dict], list[str]] | _Deferred") -> None:
@@ -361,6 +386,10 @@ def ingest_batch(
 
     def done(rec: FileRecord, warning: str | None = None) -> None:
         results.append((rec, [], [warning] if warning else []))
+
+    # files for ripgrep (rgpass): (result slot, entry, its head, our duplicate of its descriptor)
+    rg_files: list[tuple[int, Entry, bytes, int]] = []
+    rg = rgpass.ripgrep() if RG_PASS else None
 
     for ref in refs:
         if budget is not None and budget.check():
@@ -377,6 +406,15 @@ def ingest_batch(
             if budget is not None and budget.check():  # members of an archive
                 done(FileRecord(item.path, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
                 continue
+            if rg is not None and item.fd is not None and item.size is not None and item.size >= rgpass.MIN_BYTES:
+                head, err = read_head(item.stream)
+                if err is None and len(head) == min(item.size, HEAD_BYTES) and rgpass.chatter_heavy(head):
+                    results.append(None)
+                    rg_files.append((len(results) - 1, item, head, os.dup(item.fd)))
+                    if len(rg_files) >= rgpass.GROUP_FILES:
+                        flush()
+                    continue
+                item = Entry(item.path, item.name, item.size, PeekStream(head, item.stream, direct=True), item.compression)  # type: ignore[arg-type]
             if item.compression is None and "!" not in item.path and item.size is not None and 0 < item.size <= min(SMALL_FILE_BYTES, BLOCK_BYTES):
                 if pending and pos + item.size + 1 > pass_limit:
                     flush()  # a pass holds at most PASS_BYTES of files (one larger file alone)
@@ -399,6 +437,7 @@ def ingest_batch(
                 item = Entry(item.path, item.name, item.size, PeekStream(data, item.stream), item.compression)  # type: ignore[arg-type]
                 if err:
                     item.stream.error = err  # type: ignore[attr-defined]
+            flush()  # the files before it first (walk order)
             results.append(None)
             put(len(results) - 1, _ingest_entry(item, options, overrides, sniff_cache, budget, defer=True))
     flush()
@@ -819,6 +858,9 @@ def _block_hit_frame(block: bytes, first_line: int, notes: list[str]) -> tuple[p
 # reads bytes that are not UTF-8 lossily and keeps each CR for _COMBINED. A switch for
 # tests and benchmarks: False sends every pass the CSV way.
 LINES_PASS = True
+# Large files that are mostly NCCL Channel chatter go to ripgrep where there is one
+# (crashscope/rgpass.py); a switch for tests and benchmarks, as LINES_PASS.
+RG_PASS = True
 
 
 def _bulk_hits(data: memoryview, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None]:
@@ -872,24 +914,68 @@ def _bulk_hits_lines(raw: bytes, spans: list[tuple[int, int]]) -> list[tuple[pl.
     if kept.height and (kept["_b"].max() or 0) > MAX_LINE_BYTES:  # type: ignore[operator]
         long = set(located(kept.filter(pl.col("_b") > MAX_LINE_BYTES).select("i"))["f"].unique().to_list())
     # empty lines are never hits (the CSV reader reads them as nulls, which match nothing)
-    rest = kept.filter(kept["_b"] > 0)
+    rest = kept.filter(kept["_b"] > 0).drop("_b")
     del kept
-    few = rest.height <= SMALL_HITS  # see _bulk_hits_csv
+    hits = located(_select_hits(rest, "i")).select("f", "n", "l", *_WANTS)
+    del rest
+    return _by_file(hits, [None if j in long else (counts[j], n) for j, (_, n) in enumerate(spans)])
+
+
+_WANTS = [f"_s{i}" for i in range(len(_PER_SOURCE))]
+
+
+def _select_hits(rest: pl.DataFrame, *keys: str) -> pl.DataFrame:
+    """The hits among lines that are not chatter (``keys``, ``l`` as read, CR and all, null
+    for an empty line): ``keys``, ``l`` without trailing CRs, and which line source wants
+    each (``_s0`` ...). A hit is a line _COMBINED matches as read.
+
+    A regex call on these patterns costs ~1 ms however few its rows (polars hands each
+    call a fresh copy of the compiled regex, whose lazy DFA starts empty), so where few
+    lines are left the per-source prefilters run on them all and a hit is a line one of
+    them matches (their union is _COMBINED): one call of the nine fewer. Where a line
+    ends in a CR (the sources see it without) _COMBINED is asked as before."""
+    few = rest.height <= SMALL_HITS and not rest["l"].str.ends_with("\r").any()
     if not few:
         rest = rest.filter(rest["l"].str.contains(_COMBINED))
-    wants = [rest["l"].str.contains(src.prefilter).alias(f"_s{i}") for i, (src, _) in enumerate(_PER_SOURCE)]
-    hits = rest.select("i", "l", *wants)
+    text = rest["l"].fill_null("").str.strip_chars_end("\r")
+    # Which line sources want each hit, in Rust for the whole pass: the stdlib's engine
+    # took ~90 us a hit for the seven prefilters, most of a small file's line parsing.
+    wants = [text.str.contains(src.prefilter).fill_null(False).alias(name) for name, (src, _) in zip(_WANTS, _PER_SOURCE)]
+    hits = rest.select(*keys, text, *wants, rest["l"].is_not_null().alias("_v"))
     if few:
-        hits = hits.filter(pl.any_horizontal(*(w.name for w in wants)))
-    hits = located(hits).select("f", "n", "l", *(w.name for w in wants))
-    del rest
+        hits = hits.filter(pl.col("_v") & pl.any_horizontal(*_WANTS))
+    return hits.drop("_v")
+
+
+def _by_file(hits: pl.DataFrame, files: "list[tuple[int, int] | None]") -> list[tuple[pl.DataFrame, int, int] | None]:
+    """Hits with a file index ``f`` split into each file's (hits, line count, bytes), for
+    the files given as (line count, bytes); None for the others."""
     parts = hits.partition_by("f", as_dict=True, include_key=False, maintain_order=True)
     empty = hits.clear().drop("f")
-    out: list[tuple[pl.DataFrame, int, int] | None] = [None] * len(spans)
-    for j, (_, n) in enumerate(spans):
-        if j not in long:
-            out[j] = (parts.get((j,), empty), counts[j], n)
-    return out
+    return [None if c is None else (parts.get((j,), empty), c[0], c[1]) for j, c in enumerate(files)]
+
+
+def _rg_hits(scanned: "list[tuple[list[tuple[int, bytes]], int] | None]", sizes: list[int]) -> list[tuple[pl.DataFrame, int, int] | None]:
+    """:func:`_bulk_hits`' result for files ripgrep read (``rgpass.scan``: each file's lines
+    that are not Channel lines, and its line count): the same filters on those lines.
+    None for a file with our column separator byte (the plain path reads those lines
+    with it replaced) and for the files rg did not take."""
+    fs: list[int] = []
+    ns: list[int] = []
+    ls: list[str] = []
+    files: list[tuple[int, int] | None] = [None] * len(scanned)
+    for j, got in enumerate(scanned):
+        if got is None or any(b"\x1f" in raw for _, raw in got[0]):
+            continue
+        files[j] = (got[1], sizes[j])
+        for n, raw in got[0]:
+            if raw:  # empty lines are never hits
+                fs.append(j)
+                ns.append(n)
+                ls.append(raw.decode("utf-8", "replace"))  # as polars' utf8-lossy reads them (checked in tests)
+    rest = pl.DataFrame({"f": fs, "n": ns, "l": ls}, schema={"f": pl.UInt32, "n": pl.UInt32, "l": pl.String})
+    rest = rest.filter(~rest["l"].str.contains(_CHATTER_RE))
+    return _by_file(_select_hits(rest, "f", "n"), files)
 
 
 def _bulk_hits_csv(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[pl.DataFrame, int, int] | None]:
@@ -943,32 +1029,11 @@ def _bulk_hits_csv(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[pl.D
     long: set[int] = set()
     if any(n > MAX_LINE_BYTES for _, n in spans) and (kept["_b"].max() or 0) > MAX_LINE_BYTES:  # type: ignore[operator]
         long = set(located(kept.filter(pl.col("_b") > MAX_LINE_BYTES).select("i"))["f"].unique().to_list())
-    # A regex call on these patterns costs ~1 ms however few its rows (polars hands each
-    # call a fresh copy of the compiled regex, whose lazy DFA starts empty), so where few
-    # lines are not chatter the seven prefilters run on them all and a hit is a line one
-    # of them matches (the union is _COMBINED): one call of the nine fewer.
-    # (A hit is a line _COMBINED matches as read, CR and all; the sources see it without
-    # its trailing CRs, so where a line ends in one _COMBINED is asked as before.)
-    rest = kept.filter(~kept["_c"])
+    rest = kept.filter(~kept["_c"]).select("i", "l")
     del kept
-    few = rest.height <= SMALL_HITS and not rest["l"].str.ends_with("\r").any()
-    if not few:
-        rest = rest.filter(rest["l"].str.contains(_COMBINED))
-    text = rest["l"].fill_null("").str.strip_chars_end("\r")
-    # Which line sources want each hit, in Rust for the whole pass: the stdlib's engine
-    # took ~90 us a hit for the seven prefilters, most of a small file's line parsing.
-    wants = [text.str.contains(src.prefilter).fill_null(False).alias(f"_s{i}") for i, (src, _) in enumerate(_PER_SOURCE)]
-    hits = rest.select("i", text, *wants, rest["l"].is_not_null().alias("_v"))
-    if few:
-        hits = hits.filter(pl.col("_v") & pl.any_horizontal(*(w.name for w in wants)))
-    hits = located(hits).select("f", "n", "l", *(w.name for w in wants))
-    del rest, text
-    parts = hits.partition_by("f", as_dict=True, include_key=False, maintain_order=True)
-    empty = hits.clear().drop("f")
-    for j, (_, n) in enumerate(spans):
-        if j not in long:
-            out[j] = (parts.get((j,), empty), counts[j], n)
-    return out
+    hits = located(_select_hits(rest, "i")).select("f", "n", "l", *_WANTS)
+    del rest
+    return _by_file(hits, [None if j in long else (counts[j], n) for j, (_, n) in enumerate(spans)])
 
 
 def _block_hits(block: bytes, first_line: int, notes: list[str]) -> tuple[list[int], list[str], int]:

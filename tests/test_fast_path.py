@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import crashscope.ingest as ingest_mod
+from crashscope import rgpass
 from crashscope.ingest import ingest
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +42,10 @@ def _run(job: Path, **kw: object) -> tuple[list[dict], list[tuple], list[str]]:
 
 
 def _same_both_ways(job: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], list[tuple], list[str]]:
-    fast = _run(job)
+    fast = _run(job)  # with the ripgrep pass where there is an rg (tests below check it is used)
     with monkeypatch.context() as m:
         m.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)  # the plain path for every file
+        m.setattr(ingest_mod, "RG_PASS", False)
         plain = _run(job)
     assert fast[1] == plain[1]
     assert fast[2] == plain[2]
@@ -90,6 +92,8 @@ def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "rank7.log": chatter + hits.rstrip(b"\n"),  # no final newline
         "rank8.log": hits,  # a small one among the large
         "rank9.log": chatter * 3 + hits,  # ~3 MiB
+        "rank10.log": chatter + hits + chatter,  # its last line is chatter: rg prints no last line to count by
+        "rank11.log": chatter + WARN.encode().replace(b"NCCL", b"NC\x1fCL") + hits,  # the separator in a hit line
     }
     for name, data in files.items():
         (root / "logs" / name).write_bytes(data)
@@ -125,13 +129,14 @@ def _fast_path_sizes(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> list[int
 
     with monkeypatch.context() as m:
         m.setattr(ingest_mod, "_bulk_hits", spy)
+        m.setattr(ingest_mod, "RG_PASS", False)
         ingest(big_job, workers=1)
     return sorted(taken)
 
 
 def _clean_sizes(big_job: Path) -> list[int]:
     sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
-    return sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log"))
+    return sorted(v for k, v in sizes.items() if k not in ("rank2.log", "rank3.log", "rank6.log", "rank11.log"))
 
 
 def test_the_fast_path_takes_the_multi_mib_files(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,8 +152,99 @@ def test_both_newline_counters_agree(big_job: Path, monkeypatch: pytest.MonkeyPa
     """Small passes count newlines without numpy (its import costs a small job ~0.13 s):
     with either counter the clean files stay on the fast path and give the plain events."""
     monkeypatch.setattr(ingest_mod, "NUMPY_COUNT_BYTES", numpy_from)
+    monkeypatch.setattr(ingest_mod, "RG_PASS", False)
     assert _fast_path_sizes(big_job, monkeypatch) == _clean_sizes(big_job)
     _same_both_ways(big_job, monkeypatch)
+
+
+needs_rg = pytest.mark.skipif(rgpass.ripgrep() is None, reason="no ripgrep (the ripgrep wheel or rg on PATH)")
+
+
+@needs_rg
+def test_ripgrep_takes_the_chatter_files_and_gives_the_plain_events(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ripgrep pass is used, on the large files whose head is chatter, and hands back
+    the ones it cannot read as the plain path does (an over-long line, our separator byte);
+    the events are the plain path's, with and without it."""
+    taken: list[int] = []
+    real = ingest_mod._rg_hits
+
+    def spy(scanned, sizes):  # type: ignore[no-untyped-def]
+        out = real(scanned, sizes)
+        taken.extend(n for n, o in zip(sizes, out) if o is not None)
+        return out
+
+    sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
+    monkeypatch.setattr(rgpass, "MIN_BYTES", 256 * 1024)  # the fixture's ~1 MB files too
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "_rg_hits", spy)
+        _same_both_ways(big_job, monkeypatch)
+    want = sorted(sizes[k] for k in ("rank0.log", "rank4.log", "rank5.log", "rank7.log", "rank9.log", "rank10.log"))
+    assert sorted(taken) == want
+    with monkeypatch.context() as m:
+        m.setattr(ingest_mod, "RG_PASS", False)
+        _same_both_ways(big_job, monkeypatch)
+
+
+@needs_rg
+def test_ripgrep_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    rgpass.ripgrep.cache_clear()
+    try:
+        monkeypatch.setenv("CRASHSCOPE_RIPGREP", "off")
+        assert rgpass.ripgrep() is None
+        rgpass.ripgrep.cache_clear()
+        monkeypatch.delenv("CRASHSCOPE_RIPGREP")
+        assert rgpass.ripgrep() is not None
+    finally:
+        rgpass.ripgrep.cache_clear()
+
+
+_LINE = st.sampled_from([CHATTER.rstrip("\n").encode(), WARN.rstrip("\n").encode(), b"", b"\r", b"x" * 40, b"\xff\xfe NCCL WARN bad", b"step 3 loss 1.0\r",
+                         b"NCCL INFO Channel 01", b"a NCCL INFO Ring 00 : 0 1", b"Traceback (most recent call last):"])
+
+
+@needs_rg
+@settings(max_examples=60, deadline=None)
+@given(files=st.lists(st.tuples(st.lists(_LINE, min_size=0, max_size=30), st.booleans()), min_size=1, max_size=4), max_line=st.sampled_from([16, 64, 1 << 20]))
+def test_ripgrep_pass_is_the_csv_pass(files: list[tuple[list[bytes], bool]], max_line: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """File by file, where both take it: the same hits, line numbers and line counts as
+    the CSV pass (the reference for any bytes); rg gives a file back only where a line
+    may be over the limit."""
+    import os
+
+    d = tmp_path_factory.mktemp("rgprop")
+    blobs = [b"\n".join(lines) + (b"\n" if ended and lines else b"") for lines, ended in files]
+    fds = []
+    for i, b in enumerate(blobs):
+        (d / f"f{i}").write_bytes(b)
+        fds.append(os.open(d / f"f{i}", os.O_RDONLY))
+    try:
+        scanned = rgpass.scan(rgpass.ripgrep(), [(fd, len(b)) for fd, b in zip(fds, blobs)], max_line)  # type: ignore[arg-type]
+    finally:
+        for fd in fds:
+            os.close(fd)
+    got = ingest_mod._rg_hits(scanned, [len(b) for b in blobs])
+    raw = b"".join(b if b.endswith(b"\n") or not b else b + b"\n" for b in blobs)
+    spans, at = [], 0
+    for b in blobs:
+        n = len(b) + (0 if b.endswith(b"\n") or not b else 1)
+        spans.append((at, n))
+        at += n
+    saved = ingest_mod.MAX_LINE_BYTES
+    ingest_mod.MAX_LINE_BYTES = max_line
+    try:
+        want = ingest_mod._bulk_hits_csv(raw, spans) if raw else [None] * len(blobs)
+    finally:
+        ingest_mod.MAX_LINE_BYTES = saved
+    for b, g, w in zip(blobs, got, want):
+        longest = max((len(x) for x in b.split(b"\n")), default=0)
+        if g is None:
+            assert b"\x1f" in b or longest >= max_line // 2, (b, w)
+            continue
+        if not b:
+            assert g[1] == 0
+            continue
+        assert w is not None, b
+        assert g[0].to_dicts() == w[0].to_dicts() and g[1] == w[1], (b, g, w)
 
 
 def test_parallel_ingest_is_the_serial_one(big_job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,6 +385,7 @@ def test_both_ways_of_finding_a_pass_hits_agree(lf_job: Path, big_job: Path, mon
     and none ends in CR, the lines one source's prefilter matches: the plain path's events
     either way (big_job has a CRLF file, which makes its pass ask _COMBINED)."""
     monkeypatch.setattr(ingest_mod, "SMALL_HITS", small_hits)
+    monkeypatch.setattr(ingest_mod, "RG_PASS", False)  # the polars passes (ripgrep's way is tested above)
     for job in (lf_job, big_job):
         events, _, _ = _same_both_ways(job, monkeypatch)
         assert len(events) > 100
@@ -347,6 +444,7 @@ def test_line_reader_and_csv_passes_agree(job: str, lf_job: Path, big_job: Path,
     the default, in which the line reader takes the passes without CR and non-UTF-8 bytes
     (all of lf_job's; big_job has CRs in its golden lines, so none of its passes)."""
     root = lf_job if job == "lf" else big_job
+    monkeypatch.setattr(ingest_mod, "RG_PASS", False)  # the polars passes (ripgrep's way is tested above)
     taken: list[int] = []
     real = ingest_mod._bulk_hits_lines
 
