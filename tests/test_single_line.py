@@ -60,3 +60,36 @@ def test_a_lone_watchdog_timeout_is_a_symptom_not_a_cause(tmp_path: Path) -> Non
     assert report.cause == "unknown"
     assert report.confidence <= 0.5
     assert report.missing  # says what is missing
+
+
+def test_a_chained_traceback_cut_inside_a_checkpoint_save_follows_its_cause(tmp_path: Path) -> None:
+    # CPython prints a chain's cause first, then "The above exception was the direct cause of
+    # the following exception:", then the later traceback (Lib/traceback.py). A paste that keeps
+    # the cause's last line and a later traceback cut inside the checkpoint save
+    # (NVIDIA/NeMo-Aligner#502's shape): the cut traceback is no new software failure.
+    (tmp_path / "pasted.log").write_text(
+        "OSError: [Errno 5] Input/output error\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/app/train.py", line 173, in main\n'
+        "    trainer.fit()\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/lightning/pytorch/trainer/trainer.py", line 1365, in save_checkpoint\n'
+        "    self.strategy.save_checkpoint(checkpoint, filepath, storage_options=storage_options)\n"
+    )
+    report, _, _ = analyze(tmp_path)
+    assert report.cause == "storage_stall", (report.cause, [e.rule for e in report.evidence])
+    assert "python-traceback-truncated" not in {e.rule for e in report.evidence}
+
+
+def test_a_cut_traceback_after_an_unrelated_exception_is_still_read(tmp_path: Path) -> None:
+    # no chain line between them: the cut traceback is its own failure, as before
+    (tmp_path / "pasted.log").write_text(
+        "OSError: [Errno 5] Input/output error\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/app/train.py", line 173, in main\n'
+        "    trainer.fit()\n"
+    )
+    report, _, _ = analyze(tmp_path)
+    assert "python-traceback-truncated" in {e.rule for e in report.evidence}

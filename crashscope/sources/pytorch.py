@@ -452,6 +452,9 @@ class _Parser:
         self.ctx = ctx
         self.events: list[_Ev] = []
         self.tb: dict[tuple, _Tb] = {}
+        # a chain line ("The above exception was the direct cause ...") right after an exception
+        # printed on its own: (its line, the exception's type), for the traceback that follows
+        self.chain_pending: dict[tuple, tuple[int, str]] = {}
         self.rc: dict[tuple, _Rc] = {}
         self.desync: _Desync | None = None
         self.last_ev_for_line: dict[int, _Ev] = {}  # event a following continuation line may enrich
@@ -960,8 +963,23 @@ class _Parser:
                 self._close_tb(key, truncated=tb.exc is None, superseded=True)
             spawn = self.spawn[1] if self.spawn is not None and 0 < n - self.spawn[0] <= 2 else None
             self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn, headed=True)
+            pend = self.chain_pending.pop(key, None)
+            if pend is not None and 0 < n - pend[0] <= 2:
+                # The traceback of the exception raised while handling the one printed above
+                # it, whose own traceback was not pasted: CPython prints a chain cause first,
+                # then the chain line, then the later exception's traceback (Lib/traceback.py
+                # TracebackException.format, _cause_message / _context_message). Cut short, its
+                # missing exception line is no new failure: the exception above is its cause.
+                self.tb[key].chained.append(pend[1])
             return True
         if tb is None:
+            if _TB_CHAIN.match(text):
+                prev = next((e for e in reversed(self.events[-4:]) if e.kind == Kind.EXCEPTION
+                             and 0 < n - e.line <= 2 and not e.attrs.get("truncated")), None)
+                if prev is not None:
+                    self.chain_pending[key] = (n, str(prev.attrs.get("type") or ""))
+                    return True
+                return False
             if not _TB_FRAME.match(text):
                 return False
             # Frames with no header before them: a traceback whose first line was cut
