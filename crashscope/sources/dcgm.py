@@ -31,6 +31,20 @@ onto rows with an empty left cell)::
     |       -> Thermal system   | Warning                                                    |
     |                           | Detected clocks event due to thermal violation in GPU 0.   |
 
+**``dcgmi diag -r N``**: a two-column table (``Diag.cpp`` ``DIAG_DATA``: a 25-wide name, a 46-wide
+result), section rows ``-----  Deployment  ---``, ``Hardware``, ``Integration``, ``Stress``. Up to
+DCGM 3.x a test's row reads ``Pass - All``, ``Fail - GPU: 0`` or ``Fail - GPUs: 0, 3`` (the GPUs of
+each result on their own row) and, under a failed test, each failing GPU's error message in
+``Warning`` rows cut into 45-character pieces (``HelperDisplayDetails``, ``DisplayVerboseInfo``)::
+
+    | GPU Memory                | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |
+    |                           | Fail - GPU: 0                                  |
+    | Warning                   | GPU 0 Thermal violations totaling 13.3 second  |
+    |                           | s started at 9.7 seconds into the test for GP  |
+
+Since DCGM 4.0 the test row has the overall result and each entity follows as ``GPU0: Fail``, its
+messages under ``Warning: GPU0`` (``HelperDisplayEntityResults``).
+
 **dcgm-exporter** (Prometheus text, ``/metrics``): the metric name is the field name, labels
 ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (set depends on the
 exporter's version and config), optional sample time in ms after the value::
@@ -52,6 +66,11 @@ Events (gpu = normalized PCI where the output has it, gpu_index = the DCGM GPU i
 * xid (error): a non-zero ``XIDER`` / ``DCGM_FI_DEV_XID_ERRORS``, or a health ``Detected XID``
   incident: attrs {xid, via: dcgm}; once per GPU and code.
 * gpu_ecc: volatile DBE/SBE totals, remapped rows, remap pending/failure when non-zero.
+* from ``dcgmi diag``: a failed test on a GPU whose message is a thermal or power violation
+  (``dcgm_errors.h`` DCGM_FR_THERMAL_VIOLATIONS[_TS], DCGM_FR_CLOCKS_EVENT_THERMAL/POWER,
+  DCGM_FR_TEMP_VIOLATION) is a gpu_throttle (warning) with attrs {reasons, via: dcgm_diag, test,
+  result, detail}; any other failed test is a log_error (error) with attrs {via: dcgm_diag, test,
+  category, result: Fail, detail}.
 * log_error: any other health incident (severity error for ``Failure``, warning for
   ``Warning``): attrs {system, health, detail, entity}.
 """
@@ -103,6 +122,16 @@ _PROM = lazy_compile(r"^(?P<name>DCGM_FI_[A-Z0-9_]+)(?:\{(?P<labels>[^}]*)\})?\s
 _LABEL = lazy_compile(r'(?P<k>[A-Za-z_][A-Za-z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
 _TREE_ROW = lazy_compile(r"^\|\s(?P<left>.*?)\s\|\s(?P<right>.*?)\s*\|\s*$")
 _HEALTH_XID = lazy_compile(r"Detected XID (?P<xid>\d+) for GPU (?P<gpu>\d+)")
+_DIAG_ROW = lazy_compile(r"^\| (?P<name>.{25}) \| (?P<info>.*?)(?:\s*\|)?\s*$")
+_DIAG_SECTION = lazy_compile(r"^[|+]-----\s+(?P<section>[A-Za-z]+)\s+-+[+|]")
+# legacy (<= 3.x) "Fail - GPU: 0", "Pass - GPUs: 1, 2", "Fail - All"; 4.x "GPU0: Fail"
+_DIAG_RESULT = lazy_compile(r"^(?P<result>Pass|Fail|Warn|Skip) - (?:All|GPUs?: (?P<gpus>\d+(?:, \d+)*))\s*$")
+_DIAG_ENTITY = lazy_compile(r"^GPU(?P<gpu>\d+): (?P<result>Pass|Fail|Warn|Skip|Not Run)\s*$")
+_DIAG_WARN_LABEL = lazy_compile(r"^Warning(?:: GPU(?P<gpu>\d+))?$")
+_DIAG_MSG_GPU = lazy_compile(r"\bGPU (?P<gpu>\d+)\b")
+_DIAG_THERMAL = lazy_compile(r"(?i:thermal violation)|Temperature \d+ of \S+ \d+ exceeded")
+_DIAG_POWER = lazy_compile(r"(?i:power violation)")
+DIAG_INFO_LEN = 45  # dcgmi/Diag.cpp DATA_INFO_TAG_LEN
 
 
 class DcgmSource(FileSource):
@@ -117,6 +146,8 @@ class DcgmSource(FileSource):
             return 0.95
         if "Health Monitor Report" in head and "Overall Health" in head:
             return 0.95
+        if _is_diag(lines):
+            return 0.9
         if sum(1 for ln in lines if ln.startswith("DCGM_FI_") or ln.startswith(("# HELP DCGM_FI_", "# TYPE DCGM_FI_"))) >= 2:
             return 0.95
         return 0.0
@@ -129,6 +160,8 @@ class DcgmSource(FileSource):
         head = "\n".join(lines[:60])
         if "Health Monitor Report" in head:
             _health(lines, ctx)
+        elif _is_diag(lines[:200]):
+            _diag(lines, ctx)
         elif any(_DMON_HEAD.match(ln) for ln in lines[:20]):
             _dmon(lines, ctx)
         else:
@@ -363,6 +396,104 @@ def _health(lines: list[str], ctx: ParseContext) -> None:
     flush()
     if overall is None:
         ctx.warn("dcgmi health report without Overall Health")
+
+
+def _is_diag(lines: list[str]) -> bool:
+    """A dcgmi diag table: its header, or a result row of either generation."""
+    for ln in lines[:200]:
+        m = _DIAG_ROW.match(ln.rstrip())
+        if m is None:
+            continue
+        name, info = m.group("name").strip(), m.group("info").strip()
+        if name == "Diagnostic" and info == "Result":
+            return True
+        if _DIAG_RESULT.match(info) or (not name and _DIAG_ENTITY.match(info)):
+            return True
+    return False
+
+
+def _diag(lines: list[str], ctx: ParseContext) -> None:
+    """Per test: the failed GPUs and, after them, each failed GPU's message (45-character pieces)."""
+    section: str | None = None
+    test: str | None = None
+    failed: dict[int | None, int] = {}  # gpu index (None: "Fail - All") -> line of its result
+    messages: list[tuple[int | None, int, list[str]]] = []  # (gpu from a "Warning: GPUn" label, line, pieces)
+    cur: list[str] | None = None  # the message whose continuation rows follow
+
+    def flush() -> None:
+        nonlocal failed, messages
+        texts: list[tuple[int | None, int, str]] = []
+        for gpu, line, pieces in messages:
+            text = " ".join("".join(pieces).split())
+            m = _DIAG_MSG_GPU.search(text)
+            texts.append((gpu if gpu is not None else (int(m.group("gpu")) if m else None), line, text))
+        for gpu, line in failed.items():
+            mine = [t for g, _, t in texts if g == gpu or g is None or gpu is None]
+            detail = " ".join(mine)
+            reasons = (["thermal_violation"] if _DIAG_THERMAL.search(detail) else []) + (
+                ["power_violation"] if _DIAG_POWER.search(detail) else [])
+            where = f"GPU {gpu}" if gpu is not None else "all GPUs"
+            msg = f"{where}: DCGM diag {test}: Fail" + (f": {detail}" if detail else "")
+            if reasons and all(_DIAG_THERMAL.search(t) or _DIAG_POWER.search(t) for t in mine):
+                ctx.emit(Kind.GPU_THROTTLE, line, msg[:2000], severity=Severity.WARNING, gpu_index=gpu,
+                         attrs={"reasons": reasons, "via": "dcgm_diag", "test": test, "result": "Fail", "detail": detail[:1000]})
+            else:
+                ctx.emit(Kind.LOG_ERROR, line, msg[:2000], severity=Severity.ERROR, gpu_index=gpu,
+                         attrs={"via": "dcgm_diag", "test": test, "category": section, "result": "Fail",
+                                "detail": detail[:1000], "entity": gpu})
+        failed, messages = {}, []
+
+    for n, raw in enumerate(lines, 1):
+        line = raw.rstrip("\n")
+        sec = _DIAG_SECTION.match(line)
+        if sec:
+            flush()
+            section = sec.group("section").lower()
+            test, cur = None, None
+            continue
+        m = _DIAG_ROW.match(line)
+        if m is None:
+            continue
+        name = m.group("name").strip()
+        cell = line[30:]  # after "| <25> | "
+        if "|" in cell:
+            cell = cell[: cell.rindex("|")]
+        # a message piece is DATA_INFO_TAG_LEN characters (a trailing blank included), padded
+        cell = cell[:DIAG_INFO_LEN] + cell[DIAG_INFO_LEN:].rstrip()
+        info = m.group("info").strip()
+        if name == "Diagnostic" and info == "Result":
+            continue
+        wl = _DIAG_WARN_LABEL.match(name)
+        if wl:
+            g = wl.group("gpu")
+            cur = [cell[:DIAG_INFO_LEN]]
+            messages.append((int(g) if g is not None else None, n, cur))
+            continue
+        if name == "Info" or name.startswith("Info:"):
+            cur = None  # verbose info rows (and their continuation) are not failure messages
+            continue
+        if name:
+            flush()
+            test, cur = name, None
+        if test is None:
+            continue
+        r = _DIAG_RESULT.match(info)
+        e = _DIAG_ENTITY.match(info) if r is None else None
+        if r or e:
+            cur = None
+        if r and r.group("result") == "Fail":
+            gpus = r.group("gpus")
+            for g in (gpus.split(", ") if gpus else [None]):
+                failed[int(g) if g is not None else None] = n
+            continue
+        if e and e.group("result") == "Fail":
+            failed[int(e.group("gpu"))] = n
+            continue
+        if r or e or (name and info in ("Pass", "Fail", "Warn", "Skip", "Not Run")):
+            continue
+        if not name and cur is not None and info:
+            cur.append(cell[:DIAG_INFO_LEN])
+    flush()
 
 
 SOURCE = DcgmSource()
