@@ -35,6 +35,7 @@ PY = str(REPO / ".venv" / "bin" / "python")
 TORCHRUN = str(REPO / ".venv" / "bin" / "torchrun")
 TRAIN = str(HERE / "train.py")
 TRAIN_OTHER = str(HERE / "train_other.py")
+TRAIN_THIRD = str(HERE / "train_third.py")
 ENV = dict(os.environ, SLURM_CONF=str(SLURM_BASE / "etc" / "slurm.conf"))
 MEMCG_PARENT = None  # set in main(): our own memory cgroup (cgroup v1 here)
 CPUCG_PARENT = Path("/sys/fs/cgroup/cpu")
@@ -310,11 +311,31 @@ HELD_OUT_13 = {
     "nodecrash_n2_srun": S("nodecrash", "srun", "node_failure", [2, 3], at=12, fmt="megatron"),
     "nodecrash_n2_nodebug_torchrun": S("nodecrash", "torchrun", "node_failure", [2, 3], at=14, fmt="hf", debug=None),
 }
+# Fourteenth round: a third program (train_third.py, Hydra/Lightning-style: key=value overrides, Hydra's
+# `[%(asctime)s][%(name)s][%(levelname)s] - %(message)s` log lines in per-rank files the program writes itself,
+# progress from rank 0 only as `Epoch e/E | Step s/S | loss=...`, env:// init with a 45 s timeout, DDP, a
+# temp-file+rename checkpoint then a barrier, errors reported as Hydra's run_and_report does and sys.exit(1)),
+# under `srun --label` (one task per rank) or `srun torchrun` with the c10d rendezvous, stdout and stderr in
+# separate Slurm files (%x-%j.out / %x-%j.err).
+HELD_OUT_14 = {
+    "sigstop_rank2_third_srun": S("sigstop", "srun", "node_failure", [2], at=14, prog="third", fmt="hydra"),
+    "nodekill_n1_third_torchrun": S("nodekill", "torchrun", "node_failure", [], at=12, prog="third", fmt="hydra",
+                                    node="n1"),
+    "ckpt_fifo_third_srun": S("ckpt_fifo", "srun", "storage_stall", [0], at=20, prog="third", fmt="hydra", save=20),
+    "oom_cgroup_rank3_third_torchrun": S("oom", "torchrun", "oom", [3], at=8, prog="third", fmt="hydra"),
+    "exception_rank1_third_srun": S("exception", "srun", "software_error", [1], at=16, prog="third", fmt="hydra"),
+    "collmismatch_rank2_third_torchrun": S("collmismatch", "torchrun", "software_error", [2], at=13, prog="third",
+                                           fmt="hydra"),
+    "timelimit_third_srun": S("timelimit", "srun", "time_limit", prog="third", fmt="hydra", iters=100000, save=50),
+    "preempt_cancel_third_torchrun": S("preempt_cancel", "torchrun", "preemption", at=12, prog="third", fmt="hydra"),
+    "completed_third_srun": S("completed", "srun", "none", prog="third", fmt="hydra", iters=40),
+    "enospc_third_torchrun": S("enospc", "torchrun", "storage_stall", [0], prog="third", fmt="hydra", save=20),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
           8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12,
-          13: HELD_OUT_13}
+          13: HELD_OUT_13, 14: HELD_OUT_14}
 
 
 def round_of(sid: str) -> int | None:
@@ -335,6 +356,7 @@ SCENARIOS.update(HELD_OUT_10)
 SCENARIOS.update(HELD_OUT_11)
 SCENARIOS.update(HELD_OUT_12)
 SCENARIOS.update(HELD_OUT_13)
+SCENARIOS.update(HELD_OUT_14)
 
 
 def world_of(sc) -> int:
@@ -371,11 +393,18 @@ def debug_of(sc) -> str | None:
     """TORCH_DISTRIBUTED_DEBUG of a scenario: DETAIL, INFO with DDP (DETAIL segfaults DDP here), or as set."""
     if "debug" in sc:
         return sc["debug"]
+    if sc.get("prog", "train") != "train":  # the users' programs set no TORCH_DISTRIBUTED_DEBUG
+        return None
     return "INFO" if sc.get("ddp") else "DETAIL"
 
 
 def is_other(sc) -> bool:
     return sc.get("prog") == "other"
+
+
+def prog_of(sc) -> dict:
+    """The program a scenario runs (PROGRAMS below): train.py unless the scenario names another."""
+    return PROGRAMS[sc.get("prog", "train")]
 
 
 def other_job_script(sid, sc, jobdir: Path) -> str:
@@ -419,9 +448,47 @@ export OMP_NUM_THREADS=1
 {tail}"""
 
 
+def third_job_script(sid, sc, jobdir: Path) -> str:
+    """The batch script of a train_third.py run: Hydra-style overrides, `srun --label` or `srun torchrun` (c10d),
+    the batch's stdout and stderr in separate files named after the job (%x-%j.out, %x-%j.err)."""
+    kind = sc["kind"]
+    save = sc.get("save", 20)
+    iters = sc.get("iters", 60)
+    ov = [f"trainer.max_epochs={max(1, iters // 20)}", "trainer.steps_per_epoch=20",
+          f"trainer.save_every_n_steps={save}"]
+    if kind in ("exception", "collmismatch"):
+        ov += [f"fault.kind={kind}", f"fault.rank={sc['ranks'][0]}", f"fault.step={sc['at']}"]
+    if kind == "oom":
+        ov += ["fault.kind=leak", f"fault.rank={sc['ranks'][0]}", f"fault.step={sc['at']}", "fault.leak_mb=128"]
+    o = " ".join(ov)
+    if sc["launcher"] == "srun":
+        tasks = "#SBATCH --ntasks-per-node=2"
+        launch = f"srun --label --kill-on-bad-exit=1 {PY} {TRAIN_THIRD} {o}"
+    else:
+        tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
+        launch = (f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
+                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {TRAIN_THIRD} {o}")
+    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
+    return f"""#!/bin/bash
+#SBATCH --job-name=cnn-hydra
+#SBATCH --nodes=2
+{tasks}
+#SBATCH --partition=low
+#SBATCH --output=%x-%j.out
+#SBATCH --error=%x-%j.err
+#SBATCH --chdir={jobdir}
+{extra}
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
+export OMP_NUM_THREADS=1
+mkdir -p logs checkpoints
+{launch}
+"""
+
+
 def job_script(sid, sc, jobdir: Path) -> str:
-    if is_other(sc):
-        return other_job_script(sid, sc, jobdir)
+    if sc.get("prog", "train") != "train":
+        return prog_of(sc)["job_script"](sid, sc, jobdir)
     args = [f"--iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}",
             f"--log-format {sc['fmt']}", f"--timeout {PG_TIMEOUT}", "--save ckpt", "--logdir logs"]
     kind = sc["kind"]
@@ -494,8 +561,8 @@ def job_state(jid) -> dict:
     return d
 
 
-def rank_log(jobdir, r) -> str:
-    p = jobdir / "logs" / f"rank{r}.log"
+def rank_log(jobdir, r, name: str = "rank{r}.log") -> str:
+    p = jobdir / "logs" / name.format(r=r)
     try:
         return p.read_text(errors="replace")
     except FileNotFoundError:
@@ -526,12 +593,13 @@ OTHER_PIDS: dict[str, dict] = {}  # str(jobdir) -> {"jid", "launcher", "ranks": 
 
 def scan_other_ranks(jobdir) -> None:
     st = OTHER_PIDS[str(jobdir)]
+    script = st.get("script", "train_other.py").encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().split(b"\0")
-            if not any(c.endswith(b"train_other.py") for c in cmd) or any(c.endswith(b"torchrun") for c in cmd):
+            if not any(c.endswith(script) for c in cmd) or any(c.endswith(b"torchrun") for c in cmd):
                 continue
             env = dict(kv.split(b"=", 1) for kv in (d / "environ").read_bytes().split(b"\0") if b"=" in kv)
         except OSError:
@@ -553,8 +621,32 @@ def other_iters(jobdir) -> int:
     return last + 1
 
 
+def third_iters(jobdir) -> int:
+    """Steps done, from rank 0's own log file (`Epoch e/E | Step s/S | loss=...`; only rank 0 logs progress)."""
+    steps = re.findall(r"\| Step (\d+)/\d+ \| loss=", rank_log(jobdir, 0, "train_rank{r}.log"))
+    return int(steps[-1]) if steps else 0
+
+
 def other_output(jobdir) -> str:
     return "".join(f.read_text(errors="replace") for f in sorted(Path(jobdir).glob("*.out")))
+
+
+# The programs the lab runs: their script, where their checkpoints go (ckpt: the directory the lab lists, makes
+# a FIFO in, or mounts a small tmpfs on), the file name of their per-rank logs (None: they write none), how the
+# lab finds their ranks' pids ("log": the program's `started pid=N node=X` line; "proc": /proc, by job id and
+# RANK/SLURM_PROCID) and when rank 0 has logged step n (reached); the checkpoint file a step's save opens first
+# (fifo) and a tmpfs size in MiB the first checkpoint fits in and the second not, or none at all (enospc_mib).
+PROGRAMS = {
+    "train": {"script": TRAIN, "ckpt": "ckpt", "rank_log": "rank{r}.log", "pids": "log", "timeout": PG_TIMEOUT,
+              "fifo": lambda sc: f"iter_{sc['at']:07d}/mp_rank_00/model_optim_rng.pt", "enospc_mib": 16},
+    "other": {"script": TRAIN_OTHER, "ckpt": "out", "rank_log": None, "pids": "proc", "timeout": PG_TIMEOUT,
+              "job_script": other_job_script, "reached": lambda jobdir, n: other_iters(jobdir) > n,
+              "fifo": lambda sc: "ckpt.pt", "enospc_mib": 2},
+    "third": {"script": TRAIN_THIRD, "ckpt": "checkpoints", "rank_log": "train_rank{r}.log", "pids": "proc",
+              "timeout": 45, "job_script": third_job_script, "reached": lambda jobdir, n: third_iters(jobdir) >= n,
+              # Lightning's name, epoch counted from 0, 20 steps an epoch; torch.save opens the temp file first
+              "fifo": lambda sc: f"epoch={(sc['at'] - 1) // 20}-step={sc['at']}.ckpt.tmp", "enospc_mib": 4},
+}
 
 
 def rank_pid(jobdir, r, after: float = 0.0):
@@ -600,12 +692,14 @@ def wait_for(pred, timeout, step=0.1):
 
 def wait_progress(jobdir, r, n, timeout=180):
     if str(jobdir) in OTHER_PIDS:  # only rank 0 prints; the steps are synchronous
-        return wait_for(lambda: other_iters(jobdir) > n, timeout, 0.05)  # its `iter n:` line
+        reached = PROGRAMS[OTHER_PIDS[str(jobdir)]["prog"]]["reached"]
+        return wait_for(lambda: reached(jobdir, n), timeout, 0.05)  # rank 0's progress line of step n
     return wait_for(lambda: progress_count(rank_log(jobdir, r)) >= n, timeout, 0.05)
 
 
 def log_time(line: str) -> dt.datetime | None:
-    m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
+    """The %(asctime)s stamp that opens a logging line (train.py's, or Hydra's `[stamp][name][LEVEL] - `)."""
+    m = re.match(r"\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
     if not m:
         return None
     return dt.datetime.strptime(m.group(1) + "." + m.group(2), "%Y-%m-%d %H:%M:%S.%f").replace(
@@ -776,9 +870,10 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     if jobdir.exists():
         shutil.rmtree(jobdir)
     jobdir.mkdir(parents=True)
-    if not is_other(sc):  # train_other.py writes no rank logs; nanoGPT's checkpoint dir is out/
+    prog = prog_of(sc)
+    if prog["rank_log"]:  # train_other.py writes no rank logs
         (jobdir / "logs").mkdir()
-        (jobdir / "ckpt").mkdir()
+    (jobdir / prog["ckpt"]).mkdir()
     (jobdir / "job.sh").write_text(job_script(sid, sc, jobdir))
     kind = sc["kind"]
     fault = None
@@ -786,25 +881,20 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     notes = []
     cleanup = []
     t_submit = utcnow()
-    if is_other(sc):
-        (jobdir / "out").mkdir()
-    if kind == "ckpt_fifo" and is_other(sc):
-        # nanoGPT overwrites out/ckpt.pt at every eval; a FIFO nobody reads blocks the first save in open()
-        os.mkfifo(jobdir / "out" / "ckpt.pt")
-        fault = f"mkfifo {jobdir / 'out' / 'ckpt.pt'} before the job started (nobody ever reads it)"
-    elif kind == "ckpt_fifo":
-        # the storage that blocks: the checkpoint file of iteration `at` is a FIFO nobody reads,
-        # so rank 0's torch.save() blocks in open() like a write to a hung NFS/Lustre mount
-        d = jobdir / "ckpt" / f"iter_{sc['at']:07d}" / "mp_rank_00"
-        d.mkdir(parents=True)
-        os.mkfifo(d / "model_optim_rng.pt")
-        fault = f"mkfifo {d / 'model_optim_rng.pt'} before the job started (nobody ever reads it)"
+    if kind == "ckpt_fifo":
+        # the storage that blocks: the file the save of iteration `at` opens first is a FIFO nobody reads, so
+        # rank 0's torch.save() blocks in open() like a write to a hung NFS/Lustre mount (nanoGPT overwrites
+        # out/ckpt.pt at every eval: its first save blocks; train_third.py writes a temp file, then renames it)
+        f = jobdir / prog["ckpt"] / prog["fifo"](sc)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(f)
+        fault = f"mkfifo {f} before the job started (nobody ever reads it)"
     unmount = None
     if kind == "enospc":
         # a checkpoint disk that fills up: train.py's first checkpoint (MLP + AdamW state, 11 MB) fits in
         # 16 MiB, the second does not, and torch.save fails on rank 0 with the kernel's ENOSPC;
         # train_other.py's (TinyGPT + AdamW, ~6 MB) does not fit in 2 MiB at all
-        ck, size = (jobdir / "out", 2) if is_other(sc) else (jobdir / "ckpt", 16)
+        ck, size = jobdir / prog["ckpt"], prog["enospc_mib"]
         sh(["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=1777", "cslab-enospc", str(ck)], check=True)
         unmount = ck
         fault = (f"{ck} is a {size} MiB tmpfs (mount -t tmpfs -o size={size}m) mounted before the job started: "
@@ -815,8 +905,10 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     say(f"{sid}: submitted job {jid}")
     high_jid = None
     watch = None
+    if prog["pids"] == "proc":
+        OTHER_PIDS[str(jobdir)] = {"jid": jid, "launcher": sc["launcher"], "ranks": {}, "prog": sc["prog"],
+                                   "script": Path(prog["script"]).name}
     if is_other(sc):
-        OTHER_PIDS[str(jobdir)] = {"jid": jid, "launcher": sc["launcher"], "ranks": {}}
         watch = OutputWatch(jobdir, OTHER_WATCH)
         cleanup.append(watch.close)
     try:
@@ -826,7 +918,7 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
             notes.append("not all ranks started within 120 s")
         pids = {k: rank_pid(jobdir, k) for k in range(world)}
         for k, (pid, node) in pids.items():
-            if node and node != rank_node(sc, k) and not (is_other(sc) and sc["launcher"] == "torchrun"):
+            if node and node != rank_node(sc, k) and not (prog["pids"] == "proc" and sc["launcher"] == "torchrun"):
                 notes.append(f"rank {k} ran on {node}, expected {rank_node(sc, k)}")
         tgt = sc["ranks"][0] if sc["ranks"] else None
         tpid = pids[tgt][0] if tgt is not None else None
@@ -1087,8 +1179,9 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     t_lo = t_submit - dt.timedelta(seconds=1)
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(jobdir, dest, ignore=shutil.ignore_patterns("ckpt", "out"), symlinks=False)
-    listing = subprocess.run(["find", "out" if is_other(sc) else "ckpt", "-printf", "%M %10s %TY-%Tm-%TdT%TH:%TM:%.2TS %p\n"],
+    shutil.copytree(jobdir, dest, ignore=shutil.ignore_patterns("ckpt", "out", prog_of(sc)["ckpt"]),
+                    symlinks=False)
+    listing = subprocess.run(["find", prog_of(sc)["ckpt"], "-printf", "%M %10s %TY-%Tm-%TdT%TH:%TM:%.2TS %p\n"],
                              cwd=jobdir, capture_output=True, text=True).stdout
     (dest / "ckpt_listing.txt").write_text(listing)
     (dest / "scontrol_show_job.txt").write_text(scon)
@@ -1112,7 +1205,8 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
 
     # ---- truth
     kind = sc["kind"]
-    logs = {k: rank_log(jobdir, k) for k in range(world_of(sc))}
+    logs = {k: rank_log(jobdir, k, prog_of(sc)["rank_log"]) if prog_of(sc)["rank_log"] else ""
+            for k in range(world_of(sc))}
     ranks = sc["ranks"]
     # the node each rank really ran on (its own `started pid=N node=X` line), else the planned layout
     ran_on = {k: rank_pid(jobdir, k)[1] or rank_node(sc, k) for k in range(world_of(sc))}
@@ -1128,6 +1222,29 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
                      f"iteration {sc['at']}")
         if t is None:
             notes.append(f"the lab never saw the {key} line")
+    elif sc.get("prog") == "third" and kind in ("exception", "collmismatch", "enospc", "ckpt_fifo"):
+        # train_third.py's lines carry Hydra's %(asctime)s; only rank 0 logs progress and saves
+        r0 = ranks[0]
+        if kind == "collmismatch":
+            # no debug, so the mismatched collective just hangs: the fault begins with step `at`, right after
+            # rank 0's progress line of step at-1 (the steps are synchronous: DDP all_reduces every step)
+            line = first_line(logs[0], r"\| Step %d/\d+ \| loss=" % (sc["at"] - 1))
+            what = (f"rank {r0} began step {sc['at']}, where it all_gathers the loss while its peers all_reduce it, "
+                    f"right after rank 0's progress line of step {sc['at'] - 1}")
+        elif kind == "ckpt_fifo":
+            line = first_line(logs[0], r"Saving checkpoint to .*step=%d\.ckpt" % sc["at"])
+            what = f"rank 0 begins saving the checkpoint of step {sc['at']} into the FIFO (never returns)"
+        else:
+            line = first_line(logs[r0], r"\]\[ERROR\] - ")
+            what = f"rank {r0}'s own error line: {line.split('] - ', 1)[-1][:160] if line else 'NOT FOUND'}"
+        ff = (log_time(line) if line else None, r0, what)
+        if kind == "exception":
+            fault = f"fault.kind=exception: rank {r0} feeds a 3-channel batch to the 1-channel conv at step {sc['at']}"
+        elif kind == "collmismatch":
+            fault = (f"fault.kind=collmismatch: rank {r0} calls all_gather while its peers call all_reduce at step "
+                     f"{sc['at']}")
+        if not line:
+            notes.append(f"no line found for the first failure of {kind}")
     elif kind in ("exception", "shape", "collmismatch"):
         r0 = ranks[0]
         ff = program_fault_first(logs, r0, sc["at"])
@@ -1227,6 +1344,14 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
             "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
             "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
             "log_format": "nanogpt", "ddp": True, "torch_distributed_debug": None})
+    if sc.get("prog") == "third":
+        truth.update({
+            "program": "train_third.py",
+            "output": ("srun --label (task-number prefixes); " if sc["launcher"] == "srun" else "")
+                      + "batch stdout in cnn-hydra-%j.out, stderr in cnn-hydra-%j.err; per-rank logs/train_rank{R}.log",
+            "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
+            "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
+            "log_format": "hydra", "ddp": True, "torch_distributed_debug": None, "pg_timeout_s": 45})
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     say(f"{sid}: job {jid} ended {st.get('JobState')} exit {st.get('ExitCode')}; recorded to {dest}"
         + (f" NOTES: {' '.join(notes)}" if notes else ""))
@@ -1265,6 +1390,8 @@ def main():
                     help="only the twelfth round: a DataLoader worker's OOM kill, segfaults, an early clean exit (HELD_OUT_12)")
     ap.add_argument("--held-out-13", action="store_true",
                     help="only the thirteenth round: a node crash that Slurm fails the job for (HELD_OUT_13)")
+    ap.add_argument("--held-out-14", action="store_true",
+                    help="only the fourteenth round: a third program, train_third.py (HELD_OUT_14)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
