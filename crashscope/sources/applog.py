@@ -201,8 +201,11 @@ _H_BASIC = lazy_compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<name>[
 
 _LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|SUCCESS"
 # What follows a stamp: " - name - LEVEL - msg" (logging cookbook), " - LEVEL - name - msg" (HF examples),
-# " [LEVEL] msg", " | LEVEL    | where - msg" (loguru default), " LEVEL msg", " name: [LEVEL] msg".
+# " [LEVEL] msg", " | LEVEL    | where - msg" (loguru default), " LEVEL msg", " name: [LEVEL] msg",
+# "[name][LEVEL] - msg" (Hydra's default job logging, '[%(asctime)s][%(name)s][%(levelname)s] - %(message)s':
+# facebookresearch/hydra hydra/conf/hydra/job_logging/default.yaml, formatter simple).
 _REST = (
+    lazy_compile(rf"^\[(?P<name>[^\]\s]+)\]\[(?P<lvl>{_LEVELS})\] - (?P<msg>.*)$"),
     lazy_compile(rf"^\s*[-|]\s*(?P<name>[^\s|]+)\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<msg>.*)$"),
     lazy_compile(rf"^\s*[-|]\s*(?P<lvl>{_LEVELS})\s*[-|]\s*(?P<name>[^\s|]+)\s+[-|]\s*(?P<msg>.*)$"),
     lazy_compile(rf"^\s*\|\s*(?P<lvl>{_LEVELS})\s*\|\s*(?P<name>\S+)\s+-\s(?P<msg>.*)$"),

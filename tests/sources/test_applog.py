@@ -301,6 +301,7 @@ def test_activity_is_the_last_stamped_line_per_rank():
     ("[NeMo W 2026-09-17 04:04:10 nemo_logging:405] hello", "2026-09-17T04:04:10+00:00"),
     ("I0917 04:31:44.718000 90211 torch/distributed/run.py:1] hello", "2026-09-17T04:31:44+00:00"),
     ("2026-09-17 04:05:13.337 | INFO     | __main__:train:88 - hello", "2026-09-17T04:05:13.337000+00:00"),
+    ("[2026-09-17 04:05:13,337][__main__][INFO] - hello", "2026-09-17T04:05:13.337000+00:00"),  # Hydra
 ])
 def test_stamp_shapes(line, iso):
     (a,) = _kind(_rows(line + "\n")[0], "activity")
@@ -430,3 +431,13 @@ def test_ddp_tutorial_epoch_lines_and_snapshots():
     (c,) = _kind(rows, "checkpoint")
     assert c["attrs"]["path"] == "./snapshot.pt" and c["attrs"]["epoch"] == 0
     assert _kind(_rows("Epoch 0 | Batchsize of the loader is 32\n")[0], "train_step") == []
+
+
+def test_hydra_job_logging_header_gives_level_logger_and_message():
+    # hydra/conf/hydra/job_logging/default.yaml: '[%(asctime)s][%(name)s][%(levelname)s] - %(message)s'
+    rows, _ = _rows("[2026-09-17 04:05:13,337][__main__][INFO] - Epoch 1/3 | Step 20/60 | loss=2.2991\n"
+                    "[2026-09-17 04:05:14,000][hydra.core.utils][ERROR] - Error executing job with overrides: []\n")
+    (s,) = _kind(rows, "train_step")
+    assert s["attrs"]["step"] == 20 and s["message"].startswith("Epoch 1/3 | Step 20/60")
+    (e,) = [r for r in rows if r["severity"] == "error"]
+    assert e["message"] == "Error executing job with overrides: []"
