@@ -366,6 +366,11 @@ _CKPT = (
     #   process prints f"saving checkpoint to {out_dir}" and calls torch.save(checkpoint, os.path.join(out_dir,
     #   'ckpt.pt')); no end line (the next "iter N: loss ..." line implies it)
     ("nanogpt", "start", lazy_compile(r"^saving checkpoint to (?P<path>\S+)\s*$"), True),
+    # litgpt (Lightning-AI/litgpt litgpt/pretrain.py save_checkpoint, and the finetune scripts): fabric.print(f"Saving
+    #   checkpoint to {str(checkpoint_file)!r}") then fabric.save(checkpoint_file, state); lit-llama and the scripts
+    #   copied from both print f"Saving checkpoint to {out_dir}" unquoted. Fabric.print prints on each machine's
+    #   local rank 0, so the line names no global rank by itself; no end line (the next step line implies it)
+    ("litgpt", "start", lazy_compile(r"^Saving checkpoint to (?P<q>['\"]?)(?P<path>[^'\"\s]+)(?P=q)\s*$"), True),
     # PyTorch's DDP tutorial series (pytorch/examples distributed/ddp-tutorial-series multigpu.py, multinode.py,
     #   multigpu_torchrun.py; pytorch/tutorials beginner_source/ddp_series_fault_tolerance.rst), widely copied:
     #   torch.save(snapshot, self.snapshot_path); print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}")

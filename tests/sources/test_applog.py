@@ -208,6 +208,9 @@ def test_deepspeed_ready_line_without_rank_closes_rank_zeros_save():
     ("0: INFO:torchtune.utils.logging:Model checkpoint of size 4.97 GB saved to /fsx/tuned/hf_model_0024_0.pt", "end", "torchtune"),
     ("INFO:torchtune.utils._logging:Adapter checkpoint of size 0.01 GB saved to /tmp/out/adapter_0.pt", "end", "torchtune"),
     ("Epoch 3 | Training snapshot saved at snapshot.pt", "end", "ddp_tutorial"),
+    ("Saving checkpoint to 'out/pretrain/step-00001000/lit_model.pth'", "start", "litgpt"),
+    ("[2026-09-17 04:05:13,337][__main__][INFO] - Saving checkpoint to checkpoints/epoch=0-step=20.ckpt", "start",
+     "litgpt"),
 ])
 def test_checkpoint_lines(line, phase, fw):
     (c,) = _kind(_rows(line + "\n")[0], "checkpoint")
