@@ -417,7 +417,7 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     # srun's record of the task that made the step fail, read once for both placements below
     first_failed, as_rank = _first_failed_tasks(ev), tasks_are_ranks(ev)
     ev = _failed_task_exceptions(ev, first_failed, as_rank)
-    ev = _root_cause_task_hosts(ev, first_failed, as_rank)
+    ev = _root_cause_task_hosts(ev, _task_error_exits(ev), as_rank)
     ev = _own_line_hosts(ev)
     ev = _slurm_task_hosts(ev)
     ev = _launcher_task_hosts(ev)
@@ -471,6 +471,26 @@ def _first_failed_tasks(ev: pl.DataFrame) -> dict[str, tuple[int, str, int, int]
     return out
 
 
+def _task_error_exits(ev: pl.DataFrame) -> dict[str, list[tuple[int, str, int, int]]]:
+    """File -> [(line, node, task, line of the srun record before it)] of every task whose
+    error exit (a non-zero exit code, a signal other than SIGTERM/SIGINT) srun recorded there,
+    one node and one task to the record, in the file's order."""
+    slurm = ev.filter((pl.col("source") == "slurm") & pl.col("file").is_not_null()
+                      & (pl.col("kind") == Kind.PROCESS_EXIT.value))
+    out: dict[str, list[tuple[int, str, int, int]]] = {}
+    for f, rows in slurm.sort("line").group_by("file"):
+        prev = 0
+        for line, a in rows.select("line", "attrs").iter_rows():
+            d = attrs_of(a)
+            died = (isinstance(d.get("exitcode"), int) and d["exitcode"] != 0
+                    or bool(d.get("signal")) and d.get("signal") not in ("SIGTERM", "SIGINT"))
+            hosts, tasks = d.get("hosts") or [], d.get("tasks") or []
+            if died and len(hosts) == 1 and len(tasks) == 1 and isinstance(hosts[0], str) and isinstance(tasks[0], int):
+                out.setdefault(str(f[0]), []).append((line, hosts[0], tasks[0], prev))
+            prev = line
+    return out
+
+
 def _failed_task_exceptions(ev: pl.DataFrame, first: dict[str, tuple[int, str, int, int]], as_rank: bool) -> pl.DataFrame:
     """An unlabelled Python traceback in srun's output (no ``srun -l``, no ``[rankN]:``) is the
     task's whose error exit made the step fail (``_first_failed_tasks``: ``srun: error: n2:
@@ -498,26 +518,29 @@ def _failed_task_exceptions(ev: pl.DataFrame, first: dict[str, tuple[int, str, i
     return ev
 
 
-def _root_cause_task_hosts(ev: pl.DataFrame, first: dict[str, tuple[int, str, int, int]], as_rank: bool) -> pl.DataFrame:
-    """Under torchrun started by srun (one elastic agent per node), the agent whose worker
+def _root_cause_task_hosts(ev: pl.DataFrame, exits: dict[str, list[tuple[int, str, int, int]]], as_rank: bool) -> pl.DataFrame:
+    """Under torchrun started by srun (one elastic agent per node), an agent whose worker
     failed prints the ChildFailedError summary and exits 1, and srun records that task's
     exit right after draining its output; the summary's own host is the container's or
     ``localhost`` more often than not. So the root cause entry (``Root Cause (first observed
-    failure)``) printed before srun's record of the task that made the step fail, and after
-    srun's record before it, is that task's node's when it is the only one there: its rank ran
-    there. Two agents whose workers both failed print their summaries in either order before
-    srun records either exit (recorded: iptables_rank1_nodebug_torchrun), so two say nothing."""
-    if not first or as_rank or not under_torchrun(ev):
+    failure)``) printed before srun's record of a task's error exit, and after srun's record
+    before it, is that task's node's when it is the only one there: its rank ran there. That
+    holds for each agent's record, the first or a later one (without ``--kill-on-bad-exit`` each
+    agent exits 1 after its own summary). Two agents whose workers both failed print their
+    summaries in either order before srun records either exit (recorded:
+    iptables_rank1_nodebug_torchrun), so two say nothing."""
+    if not exits or as_rank or not under_torchrun(ev):
         return ev
     roots = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("rank").is_not_null()
                       & (_attr("attrs", "root") == "true"))
     if roots.height == 0 or roots["host"].null_count() == 0:
         return ev
     ranks: dict[int, str] = {}
-    for f, (line, host, _, before) in first.items():
-        near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
-        if near["rank"].n_unique() == 1:
-            ranks.setdefault(int(near["rank"][0]), host)
+    for f, records in exits.items():
+        for line, host, _, before in records:
+            near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
+            if near["rank"].n_unique() == 1:
+                ranks.setdefault(int(near["rank"][0]), host)
     if not ranks:
         return ev
     m = pl.DataFrame({"rank": list(ranks), "_rch": list(ranks.values())}, schema={"rank": ev.schema["rank"], "_rch": pl.String})

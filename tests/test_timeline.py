@@ -540,6 +540,24 @@ def test_two_root_causes_before_the_first_failed_task_name_no_node() -> None:
     assert ev.filter(pl.col("rank").is_in([1, 2]))["host"].null_count() == ev.filter(pl.col("rank").is_in([1, 2])).height
 
 
+def test_each_agents_root_cause_lands_on_the_node_of_the_task_srun_records_next() -> None:
+    # srun without -K: each agent prints its summary and exits 1, srun records each exit after
+    # draining that agent's output (recorded: enospc_third_torchrun, rank 0 on n2, rank 2 on n1)
+    frames = [_rank_line(2), _root_cause(40, 0), _srun_exit(50, "n2", 1, exitcode=1), _root_cause(80, 2),
+              _srun_exit(90, "n1", 0, exitcode=1)]
+    ev = _tl(frames).events
+    assert set(ev.filter(pl.col("rank") == 0)["host"].to_list()) == {"n2"}
+    assert set(ev.filter(pl.col("rank") == 2)["host"].to_list()) == {"n1"}
+
+
+def test_both_summaries_before_both_records_name_no_node() -> None:
+    # collmismatch_rank2_third_torchrun: both agents printed before srun recorded either exit
+    frames = [_rank_line(2), _root_cause(40, 0), _root_cause(60, 3), _srun_exit(70, "n2", 1, exitcode=1),
+              _srun_exit(71, "n1", 0, exitcode=1)]
+    ev = _tl(frames).events
+    assert ev.filter(pl.col("rank").is_in([0, 3]))["host"].null_count() == ev.filter(pl.col("rank").is_in([0, 3])).height
+
+
 def test_a_task_that_died_of_a_signal_is_the_first_failure_and_its_faulthandler_lines_are_its_own() -> None:
     # segv_rank3_srun: Python's faulthandler prints no rank; srun says 'task 3: Segmentation fault'
     fh = make_event(kind="process_exit", source="catalog", file="slurm-2.out", line=4, host=None, rank=None, time=None,
