@@ -24,7 +24,9 @@ def _job_output_and_rank_logs(case_id: str, dst: Path) -> Path:
     out.mkdir()
     if (src / "logs").is_dir():
         shutil.copytree(src / "logs", out / "logs")
-    for p in src.glob("slurm-*.out"):
+    # the job's output as the batch script named it: slurm-%j.out by default, srun's -o per-task files,
+    # or #SBATCH --output=%x-%j.out --error=%x-%j.err (train_third.py's runs: cnn-hydra-5.out/.err)
+    for p in [*src.glob("*.out"), *src.glob("*.err")]:
         shutil.copy(p, out / p.name)
     return out
 
