@@ -18,10 +18,10 @@ from datetime import timedelta
 from typing import Any
 
 import polars as pl
-import regex
 
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind, one_of
+from crashscope.sources.applog import TRAINING_ENDED
 from crashscope.timeline import attrs_of, slurm_task_hosts, under_torchrun
 
 RULE_ID = "silent-ranks"
@@ -457,15 +457,9 @@ def _ns(t: Any) -> int | None:
     return int(t.timestamp() * 1_000_000_000) if t is not None else None
 
 
-# A trainer's own end-of-training words (HF Trainer "Training completed.", Megatron "after
-# training is done", Lightning "`Trainer.fit` stopped", scripts' "training finished/done"):
-# said as the rank's last line while its peers still trained.
-_TRAINING_ENDED = regex.compile(
-    # (not the end of an epoch or a step: "Training epoch 3 finished" is a progress line)
-    r"(?i)\b(?:training|train loop|fit)\b(?:(?!\b(?:epoch|step|iter\w*|batch|phase|stage|round)\b)[^\n]){0,40}?"
-    r"\b(?:finished|completed?|done|ended|is over)\b"
-    r"|\b(?:finished|completed|done with|end of) (?:the )?training\b|`Trainer\.fit` stopped"
-)
+# A trainer's own end-of-training words (sources/applog.py TRAINING_ENDED), said as the rank's
+# last line while its peers still trained.
+_TRAINING_ENDED = TRAINING_ENDED
 
 
 def _line_text(row: dict[str, Any]) -> str:

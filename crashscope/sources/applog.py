@@ -377,6 +377,15 @@ _CKPT = (
     ("ddp_tutorial", "end", lazy_compile(r"^(?:Epoch (?P<ep>\d+) \|? ?)?Training snapshot saved at (?P<path>\S+?)(?=Epoch \d|\s|$)"), False),
 )
 _CKPT_HINT = ("checkpoint", "Checkpoint", "saving model to", "snapshot saved at")
+# A trainer's own end-of-training words (HF Trainer "Training completed.", Megatron "after
+# training is done", Lightning "`Trainer.fit` stopped", scripts' "training finished/done/complete"),
+# not the end of an epoch or a step ("Training epoch 3 finished" is a progress line). Read here for
+# saves that print no end line (a save before them returned) and by analyses/silence.py.
+TRAINING_ENDED = regex.compile(
+    r"(?i)\b(?:training|train loop|fit)\b(?:(?!\b(?:epoch|step|iter\w*|batch|phase|stage|round)\b)[^\n]){0,40}?"
+    r"\b(?:finished|completed?|done|ended|is over)\b"
+    r"|\b(?:finished|completed|done with|end of) (?:the )?training\b|`Trainer\.fit` stopped"
+)
 _STEP_IN_PATH = lazy_compile(r"(?:global_step|checkpoint-|iter_|step[-_=]?)(?P<n>\d+)")
 
 
@@ -679,6 +688,9 @@ class _Parser:
         if "pid=" in excerpt and len(st.pids) < 2 and (pm := _OWN_PID.search(excerpt[:240])):
             st.pids.add(int(pm.group(1)))
         base = dict(time=hdr.time, tq=hdr.tq, rank=rank, local_rank=p_lr, host=host, task=task)
+        if st.open_saves and TRAINING_ENDED.search(excerpt):
+            # the process went on past a save that prints no end line to the end of its training
+            self._implied_save_ends(st, _Row(Kind.ACTIVITY, n, excerpt, {}, **base), f"end of training at line {n}")
         if self.run_ends < MAX_RUN_ENDS:
             for framework, rx in _RUN_END:
                 if rx.search(excerpt):
@@ -955,8 +967,8 @@ class _Parser:
         st.framework = a.get("framework")
         self._implied_save_ends(st, row)
 
-    def _implied_save_ends(self, st: _Stream, row: _Row) -> None:
-        # a save that prints no end returned if training went on
+    def _implied_save_ends(self, st: _Stream, row: _Row, why: str | None = None) -> None:
+        # a save that prints no end returned if training went on (a step line, or the end of training)
         if st.open_saves:
             still = []
             implied = [s for s in st.open_saves if s.attrs.pop("_implied_ok", False) and s.line < row.line]
@@ -966,7 +978,7 @@ class _Parser:
             if implied:
                 s0 = implied[-1]
                 attrs = {"phase": "end", "framework": s0.attrs.get("framework"), "implied": True,
-                         "evidence": f"training step at line {row.line}"}
+                         "evidence": why or f"training step at line {row.line}"}
                 for k in ("iteration", "step", "path", "tag"):
                     if k in s0.attrs:
                         attrs[k] = s0.attrs[k]

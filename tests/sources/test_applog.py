@@ -186,6 +186,23 @@ def test_save_without_end_line_is_implied_done_by_the_next_step():
         ("start", 500, None), ("end", 500, True), ("start", 1000, None)]
 
 
+def test_save_without_end_line_is_implied_done_by_the_end_of_training():
+    # litgpt saves its final checkpoint and goes on to print the training time; completed_third_srun:
+    # the last save (step 40), then "Training complete: 40 steps"
+    rows, _ = _rows(
+        "[2026-12-03 11:14:26,469][__main__][INFO] - Epoch 2/2 | Step 40/40 | loss=2.2943 | lr=1.00e-03 | 0.24s/it\n"
+        "[2026-12-03 11:14:26,469][__main__][INFO] - Saving checkpoint to checkpoints/epoch=1-step=40.ckpt\n"
+        "[2026-12-03 11:14:26,484][__main__][INFO] - Epoch 2/2 done | train_loss=2.3033 | 4.7s\n"
+        "[2026-12-03 11:14:26,484][__main__][INFO] - Training complete: 40 steps\n"
+    )
+    ck = _kind(rows, "checkpoint")
+    assert [(c["attrs"]["phase"], c["attrs"].get("implied"), c["line"]) for c in ck] == [("start", None, 2), ("end", True, 4)]
+    assert ck[1]["attrs"]["evidence"] == "end of training at line 4"
+    # an epoch's end is not the end of training
+    rows, _ = _rows("Saving checkpoint to 'out/step-00000020/lit_model.pth'\nEpoch 2 done | train_loss=2.30\n")
+    assert [c["attrs"]["phase"] for c in _kind(rows, "checkpoint")] == ["start"]
+
+
 def test_deepspeed_ready_line_without_rank_closes_rank_zeros_save():
     rows, _ = _rows(
         "[2026-09-17 04:01:22,001] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step50 is about to be saved!\n"
