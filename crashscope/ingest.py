@@ -350,11 +350,11 @@ def ingest_batch(
                 # pre None: a file the bulk pass does not take; its bytes go the plain way
                 todo.append((slot, item, next(hits) if start >= 0 else None, share, cpu_share, None))
         if rg_files:
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0 = time.perf_counter(), time.process_time() + rgpass.children_cpu()
             sizes = [e.size or 0 for _, e, _, _ in rg_files]
             pres = _rg_hits(rgpass.scan(rg, [(fd, n) for (_, _, _, fd), n in zip(rg_files, sizes)], MAX_LINE_BYTES), sizes)  # type: ignore[arg-type]
             share = (time.perf_counter() - t0) / len(rg_files)
-            cpu_share = (time.process_time() - c0) / len(rg_files)
+            cpu_share = (time.process_time() + rgpass.children_cpu() - c0) / len(rg_files)  # rg's own CPU too
             for (slot, item, head, fd), pre in zip(rg_files, pres):
                 # the file from our descriptor, bounded at its size at open: read only for
                 # its head where rg's lines are used, and whole where they are not

@@ -55,6 +55,14 @@ def ripgrep() -> str | None:
     return None
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's finished children (rg's, for ``--profile``)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def chatter_heavy(head: bytes) -> bool:
     """Whether at least CHATTER_SHARE of a file's head's lines are Channel lines."""
     return head.count(CHANNEL) >= CHATTER_SHARE * (head.count(b"\n") + 1)
