@@ -120,10 +120,12 @@ def test_the_unfinished_checkpoint_is_in_the_storage_layer() -> None:
         if not case.id.startswith("ckpt_fifo"):
             continue
         truth = json.loads((case.path / "truth.json").read_text())
-        fifo = re.search(r"iter_(\d{7})", truth["fault"])
+        # train.py's FIFO is its iter_%07d directory's file, train_third.py's (round 14) the
+        # Lightning-named temp file 'epoch=E-step=S.ckpt.tmp'
+        fifo = re.search(r"iter_(\d{7})", truth["fault"]) or re.search(r"-step=(\d+)\.ckpt", truth["fault"])
         # train_other.py (round 9) overwrites out/ckpt.pt at every eval: the FIFO blocks its first save,
         # at --eval_interval; its lines carry no time, so how long the save ran is not known
-        step = int(fifo.group(1)) if fifo else int(re.search(r"--eval_interval (\d+)", (case.path / "job.sh").read_text()).group(1))
+        step = int(fifo.group(1)) if fifo else int(re.search(r"--eval_interval (\d+)", (case.path / "job.sh").read_text()).group(1))  # type: ignore[union-attr]
         storage = next(r for r in rep["layers"] if r["layer"] == "storage")
         running = storage["checkpoints"]["in_progress"]
         assert [(s["rank"], s["step"]) for s in running] == [(truth["culprit"]["ranks"][0], step)], (case.id, running)
