@@ -95,3 +95,13 @@ def test_json_dumps_is_json_with_indent() -> None:
     assert json_dumps(d) == json.dumps(d, indent=2, ensure_ascii=False)
     with pytest.raises(TypeError):
         json_dumps({"a": [{"b": object()}]})
+
+
+def test_context_of_a_progress_bar_line_is_what_the_terminal_showed_last() -> None:
+    """tqdm redraws its bar with CRs in one line: the evidence context shows the last
+    drawn text, and no CR (context is text, never terminal control)."""
+    from crashscope.report.build import _context_text
+
+    assert _context_text(b"\r  0%|          | 0/50 [00:00<?, ?it/s]\r 50%|#####     | 25/50\r") == " 50%|#####     | 25/50"
+    assert _context_text(b"\r 10%|#| 5/50\rRuntimeError: CUDA error: out of memory") == "RuntimeError: CUDA error: out of memory"
+    assert _context_text(b"plain line\r") == "plain line"

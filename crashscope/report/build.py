@@ -341,4 +341,7 @@ def evidence_context(root: Path, report: Report) -> None:
 
 
 def _context_text(raw: bytes) -> str:
-    return raw[: CONTEXT_LINE_CHARS * 4].decode("utf-8", "surrogateescape").rstrip("\r")[:CONTEXT_LINE_CHARS]
+    text = raw[: CONTEXT_LINE_CHARS * 4].decode("utf-8", "surrogateescape").rstrip("\r")
+    if "\r" in text:  # a progress bar's redraws (tqdm): the text a terminal showed last
+        text = next((seg for seg in reversed(text.split("\r")) if seg.strip()), "")
+    return text[:CONTEXT_LINE_CHARS]
