@@ -36,6 +36,7 @@ TORCHRUN = str(REPO / ".venv" / "bin" / "torchrun")
 TRAIN = str(HERE / "train.py")
 TRAIN_OTHER = str(HERE / "train_other.py")
 TRAIN_THIRD = str(HERE / "train_third.py")
+TRAIN_FOURTH = str(HERE / "train_fourth.py")
 ENV = dict(os.environ, SLURM_CONF=str(SLURM_BASE / "etc" / "slurm.conf"))
 MEMCG_PARENT = None  # set in main(): our own memory cgroup (cgroup v1 here)
 CPUCG_PARENT = Path("/sys/fs/cgroup/cpu")
@@ -331,11 +332,27 @@ HELD_OUT_14 = {
     "completed_third_srun": S("completed", "srun", "none", prog="third", fmt="hydra", iters=40),
     "enospc_third_torchrun": S("enospc", "torchrun", "storage_stall", [0], prog="third", fmt="hydra", save=20),
 }
+# Fifteenth round: a fourth program (train_fourth.py, DeepSpeed/Megatron-style: DeepSpeed's logger format
+# `[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] msg` with `[Rank 0]` log_dist progress,
+# untimed unflushed `[rank N]` prints (python without -u), a dp x tp mesh of dist.new_group sub-groups,
+# torch.distributed.checkpoint (dcp.save) shards, a 40 s timeout, uncaught errors), all output in one
+# slurm-%j.out, under `srun` (one task per rank) or `srun torchrun` (c10d).
+HELD_OUT_15 = {
+    "sigstop_rank1_fourth_srun": S("sigstop", "srun", "node_failure", [1], at=12, prog="fourth", fmt="deepspeed"),
+    "exception_rank2_fourth_torchrun": S("exception", "torchrun", "software_error", [2], at=14, prog="fourth",
+                                         fmt="deepspeed"),
+    "oom_cgroup_rank3_fourth_srun": S("oom", "srun", "oom", [3], at=8, prog="fourth", fmt="deepspeed"),
+    "nodekill_n2_fourth_srun": S("nodekill", "srun", "node_failure", [2, 3], at=12, prog="fourth", fmt="deepspeed"),
+    "scancel_fourth_torchrun": S("scancel", "torchrun", "preemption", at=12, prog="fourth", fmt="deepspeed"),
+    "completed_fourth_torchrun": S("completed", "torchrun", "none", prog="fourth", fmt="deepspeed", iters=40),
+    "exception_rank0_fourth_srun": S("exception", "srun", "software_error", [0], at=17, prog="fourth",
+                                     fmt="deepspeed"),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
           8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12,
-          13: HELD_OUT_13, 14: HELD_OUT_14}
+          13: HELD_OUT_13, 14: HELD_OUT_14, 15: HELD_OUT_15}
 
 
 def round_of(sid: str) -> int | None:
@@ -357,6 +374,7 @@ SCENARIOS.update(HELD_OUT_11)
 SCENARIOS.update(HELD_OUT_12)
 SCENARIOS.update(HELD_OUT_13)
 SCENARIOS.update(HELD_OUT_14)
+SCENARIOS.update(HELD_OUT_15)
 
 
 def world_of(sc) -> int:
@@ -482,6 +500,39 @@ export MASTER_ADDR=127.0.0.1
 export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
 export OMP_NUM_THREADS=1
 mkdir -p logs checkpoints
+{launch}
+"""
+
+
+def fourth_job_script(sid, sc, jobdir: Path) -> str:
+    """The batch script of a train_fourth.py run: Megatron-style flags, python WITHOUT -u (stdout block-buffered
+    when it is a file), `srun` one task per rank or `srun torchrun` (c10d), everything in slurm-%j.out."""
+    kind = sc["kind"]
+    args = [f"--train-iters {sc.get('iters', 60)}", f"--save-interval {sc.get('save', 20)}", "--save checkpoints"]
+    if kind == "exception":
+        args += ["--fault exception", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}"]
+    if kind == "oom":
+        args += ["--fault leak", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}", "--leak-mb 128"]
+    a = " ".join(args)
+    if sc["launcher"] == "srun":
+        tasks = "#SBATCH --ntasks-per-node=2"
+        launch = f"srun --kill-on-bad-exit=1 {PY} {TRAIN_FOURTH} {a}"
+    else:
+        tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
+        launch = (f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
+                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {TRAIN_FOURTH} {a}")
+    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
+    return f"""#!/bin/bash
+#SBATCH --job-name=gpt-ds
+#SBATCH --nodes=2
+{tasks}
+#SBATCH --partition=low
+#SBATCH --output=slurm-%j.out
+#SBATCH --chdir={jobdir}
+{extra}
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
+export OMP_NUM_THREADS=1
 {launch}
 """
 
@@ -627,6 +678,12 @@ def third_iters(jobdir) -> int:
     return int(steps[-1]) if steps else 0
 
 
+def fourth_iters(jobdir) -> int:
+    """Steps done, from rank 0's DeepSpeed-style `[Rank 0] epoch=0|step=N|loss=...` lines in the job's output."""
+    steps = re.findall(r"\[Rank 0\] epoch=\d+\|step=(\d+)\|", other_output(jobdir))
+    return int(steps[-1]) if steps else 0
+
+
 def other_output(jobdir) -> str:
     return "".join(f.read_text(errors="replace") for f in sorted(Path(jobdir).glob("*.out")))
 
@@ -646,6 +703,11 @@ PROGRAMS = {
               "timeout": 45, "job_script": third_job_script, "reached": lambda jobdir, n: third_iters(jobdir) >= n,
               # Lightning's name, epoch counted from 0, 20 steps an epoch; torch.save opens the temp file first
               "fifo": lambda sc: f"epoch={(sc['at'] - 1) // 20}-step={sc['at']}.ckpt.tmp", "enospc_mib": 4},
+    # watch: patterns of untimed lines whose first sight the lab's clock stamps (OutputWatch)
+    "fourth": {"script": TRAIN_FOURTH, "ckpt": "checkpoints", "rank_log": None, "pids": "proc", "timeout": 40,
+               "job_script": fourth_job_script, "reached": lambda jobdir, n: fourth_iters(jobdir) >= n,
+               "watch": {"exception": r"^.*mat1 and mat2 shapes cannot be multiplied.*$"},
+               "fifo": lambda sc: f"global_step{sc['at']}/.metadata", "enospc_mib": 1},
 }
 
 
@@ -908,8 +970,8 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
     if prog["pids"] == "proc":
         OTHER_PIDS[str(jobdir)] = {"jid": jid, "launcher": sc["launcher"], "ranks": {}, "prog": sc["prog"],
                                    "script": Path(prog["script"]).name}
-    if is_other(sc):
-        watch = OutputWatch(jobdir, OTHER_WATCH)
+    if is_other(sc) or prog.get("watch"):
+        watch = OutputWatch(jobdir, OTHER_WATCH if is_other(sc) else prog["watch"])
         cleanup.append(watch.close)
     try:
         world = world_of(sc)
@@ -1222,6 +1284,15 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
                      f"iteration {sc['at']}")
         if t is None:
             notes.append(f"the lab never saw the {key} line")
+    elif sc.get("prog") == "fourth" and kind == "exception":
+        # the traceback carries no time: the first failure is when the lab first saw torch's error line
+        r0 = ranks[0]
+        t, line = seen.get("exception", (None, "NOT SEEN"))
+        ff = (t, r0, f"rank {r0}: {line.strip()[:160]} (time: when the lab first saw the line)")
+        fault = (f"--fault exception: rank {r0} feeds a half-width input to its tensor-parallel matmul at step "
+                 f"{sc['at']}")
+        if t is None:
+            notes.append("the lab never saw the exception line")
     elif sc.get("prog") == "third" and kind in ("exception", "collmismatch", "enospc", "ckpt_fifo"):
         # train_third.py's lines carry Hydra's %(asctime)s; only rank 0 logs progress and saves
         r0 = ranks[0]
@@ -1352,6 +1423,14 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
             "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
             "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
             "log_format": "hydra", "ddp": True, "torch_distributed_debug": None, "pg_timeout_s": 45})
+    if sc.get("prog") == "fourth":
+        truth.update({
+            "program": "train_fourth.py",
+            "output": "all ranks' stdout and stderr in slurm-%j.out; python without -u (unflushed prints can be lost)",
+            "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
+            "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
+            "mesh": "dp=2 x tp=2: tp groups [0,1],[2,3]; dp groups [0,2],[1,3]",
+            "log_format": "deepspeed", "ddp": False, "torch_distributed_debug": None, "pg_timeout_s": 40})
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     say(f"{sid}: job {jid} ended {st.get('JobState')} exit {st.get('ExitCode')}; recorded to {dest}"
         + (f" NOTES: {' '.join(notes)}" if notes else ""))
@@ -1392,6 +1471,8 @@ def main():
                     help="only the thirteenth round: a node crash that Slurm fails the job for (HELD_OUT_13)")
     ap.add_argument("--held-out-14", action="store_true",
                     help="only the fourteenth round: a third program, train_third.py (HELD_OUT_14)")
+    ap.add_argument("--held-out-15", action="store_true",
+                    help="only the fifteenth round: a fourth program, train_fourth.py (HELD_OUT_15)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
