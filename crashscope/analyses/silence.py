@@ -625,7 +625,16 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
         & ~one_of("source", NOT_OWN_SOURCES)
         & (pl.col("kind") != Kind.LOG_ERROR.value)
     )
-    exits = events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value).sort(["time", "file", "line"], nulls_last=True)
+    # In a file's line order: an exit line after another was written after it, whatever
+    # time it was given (an unstamped line takes a stamp before it; slurmstepd's banner has
+    # whole seconds, so srun's later lines can seem earlier than the ones above them).
+    exits = (
+        events.filter(pl.col("kind") == Kind.PROCESS_EXIT.value)
+        .sort(["file", "line"], nulls_last=True)
+        .with_columns(pl.col("time").cum_max().over("file").alias("_in_order"))
+        .sort(["_in_order", "file", "line"], nulls_last=True)
+        .drop("_in_order")
+    )
     if exits.height == 0:
         return []
     first = exits.row(0, named=True)
@@ -633,8 +642,11 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     if a.get("signal") != "SIGKILL" or _step_kill_requested(events) or _aborted_before_any_exit(events):
         return []
     t0 = first["time"]
-    # Ranks that complained before the kill had seen trouble first: not this pattern.
-    if t0 is not None and own_bad.filter(pl.col("time").is_not_null() & (pl.col("time") < t0)).height:
+    # Ranks that complained before the kill had seen trouble first: not this pattern. A line
+    # after the kill's in the same file was written after it, whatever time it was given (an
+    # unstamped line takes the one before it, and slurmstepd's banner has whole seconds).
+    after_in_file = (pl.col("file") == first["file"]) & (pl.col("line") > (first["line"] or 0))
+    if t0 is not None and own_bad.filter(pl.col("time").is_not_null() & (pl.col("time") < t0) & ~after_in_file.fill_null(False)).height:
         return []
     hosts = [h for h in (a.get("hosts") or ([first["host"]] if first["host"] else [])) if isinstance(h, str)]
     if not hosts:
