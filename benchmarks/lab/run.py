@@ -478,30 +478,8 @@ def third_job_script(sid, sc, jobdir: Path) -> str:
         ov += [f"fault.kind={kind}", f"fault.rank={sc['ranks'][0]}", f"fault.step={sc['at']}"]
     if kind == "oom":
         ov += ["fault.kind=leak", f"fault.rank={sc['ranks'][0]}", f"fault.step={sc['at']}", "fault.leak_mb=128"]
-    o = " ".join(ov)
-    if sc["launcher"] == "srun":
-        tasks = "#SBATCH --ntasks-per-node=2"
-        launch = f"srun --label --kill-on-bad-exit=1 {PY} {TRAIN_THIRD} {o}"
-    else:
-        tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
-        launch = (f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
-                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {TRAIN_THIRD} {o}")
-    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
-    return f"""#!/bin/bash
-#SBATCH --job-name=cnn-hydra
-#SBATCH --nodes=2
-{tasks}
-#SBATCH --partition=low
-#SBATCH --output=%x-%j.out
-#SBATCH --error=%x-%j.err
-#SBATCH --chdir={jobdir}
-{extra}
-export MASTER_ADDR=127.0.0.1
-export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
-export OMP_NUM_THREADS=1
-mkdir -p logs checkpoints
-{launch}
-"""
+    return _users_job_script(sc, jobdir, name="cnn-hydra", program=TRAIN_THIRD, args=" ".join(ov), srun_flags="--label --kill-on-bad-exit=1",
+                             outputs="#SBATCH --output=%x-%j.out\n#SBATCH --error=%x-%j.err", setup="mkdir -p logs checkpoints\n")
 
 
 def fourth_job_script(sid, sc, jobdir: Path) -> str:
@@ -513,27 +491,33 @@ def fourth_job_script(sid, sc, jobdir: Path) -> str:
         args += ["--fault exception", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}"]
     if kind == "oom":
         args += ["--fault leak", f"--fault-rank {sc['ranks'][0]}", f"--fault-step {sc['at']}", "--leak-mb 128"]
-    a = " ".join(args)
+    return _users_job_script(sc, jobdir, name="gpt-ds", program=TRAIN_FOURTH, args=" ".join(args), srun_flags="--kill-on-bad-exit=1",
+                             outputs="#SBATCH --output=slurm-%j.out", setup="")
+
+
+def _users_job_script(sc, jobdir: Path, *, name: str, program, args: str, srun_flags: str, outputs: str, setup: str) -> str:  # type: ignore[no-untyped-def]
+    """The batch script of a users'-style program: `srun` one task per rank (2 a node) or `srun torchrun` (c10d, one
+    agent a node), outputs as the program's users name them, a time limit for the timelimit kind."""
     if sc["launcher"] == "srun":
         tasks = "#SBATCH --ntasks-per-node=2"
-        launch = f"srun --kill-on-bad-exit=1 {PY} {TRAIN_FOURTH} {a}"
+        launch = f"srun {srun_flags} {PY} {program} {args}"
     else:
         tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
         launch = (f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
-                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {TRAIN_FOURTH} {a}")
-    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
+                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {program} {args}")
+    extra = "#SBATCH --time=1\n" if sc["kind"] == "timelimit" else ""
     return f"""#!/bin/bash
-#SBATCH --job-name=gpt-ds
+#SBATCH --job-name={name}
 #SBATCH --nodes=2
 {tasks}
 #SBATCH --partition=low
-#SBATCH --output=slurm-%j.out
+{outputs}
 #SBATCH --chdir={jobdir}
 {extra}
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT=$((20000 + SLURM_JOB_ID * 7 % 20000))
 export OMP_NUM_THREADS=1
-{launch}
+{setup}{launch}
 """
 
 
