@@ -389,7 +389,7 @@ def ingest_batch(
 
     # files for ripgrep (rgpass): (result slot, entry, its head, our duplicate of its descriptor)
     rg_files: list[tuple[int, Entry, bytes, int]] = []
-    rg = rgpass.ripgrep() if RG_PASS else None
+    rg: str | None = None  # found (rg --version, once a process) when the first large file comes
 
     for ref in refs:
         if budget is not None and budget.check():
@@ -406,7 +406,7 @@ def ingest_batch(
             if budget is not None and budget.check():  # members of an archive
                 done(FileRecord(item.path, "unreadable", note=NOT_READ + budget.exceeded))  # type: ignore[operator]
                 continue
-            if rg is not None and item.fd is not None and item.size is not None and item.size >= rgpass.MIN_BYTES:
+            if RG_PASS and item.fd is not None and item.size is not None and item.size >= rgpass.MIN_BYTES and (rg := rgpass.ripgrep()):
                 head, err = read_head(item.stream)
                 if err is None and len(head) == min(item.size, HEAD_BYTES) and rgpass.chatter_heavy(head):
                     results.append(None)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from crashscope.analyses.progress import throughput_collapse
-from crashscope.analyses.silence import _TRAINING_ENDED, MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks, step_cancelled
+from crashscope.analyses.silence import MUTUAL_WEIGHT, NAMED_WEIGHT, NODE_WEIGHT, RANK_WEIGHT, first_killed, silent_ranks, step_cancelled
+from crashscope.sources.applog import TRAINING_ENDED
 from tests.factories import make_events
 
 GLOO_TIMEOUT = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete"
@@ -500,4 +501,4 @@ def test_a_silent_rank_whose_last_line_is_a_step_is_still_the_node():
     ("train loop iteration 5 completed", False),
 ])
 def test_what_counts_as_a_rank_saying_its_training_ended(line: str, ended: bool) -> None:
-    assert bool(_TRAINING_ENDED.search(line)) is ended
+    assert bool(TRAINING_ENDED.search(line)) is ended

@@ -457,10 +457,6 @@ def _ns(t: Any) -> int | None:
     return int(t.timestamp() * 1_000_000_000) if t is not None else None
 
 
-# A trainer's own end-of-training words (sources/applog.py TRAINING_ENDED), said as the rank's
-# last line while its peers still trained.
-_TRAINING_ENDED = TRAINING_ENDED
-
 
 def _line_text(row: dict[str, Any]) -> str:
     msg = str(row.get("message") or "")
@@ -468,7 +464,7 @@ def _line_text(row: dict[str, Any]) -> str:
 
 
 def _says_training_ended(row: dict[str, Any]) -> bool:
-    return row.get("kind") != Kind.PROCESS_EXIT.value and bool(_TRAINING_ENDED.search(_line_text(row)))
+    return row.get("kind") != Kind.PROCESS_EXIT.value and bool(TRAINING_ENDED.search(_line_text(row)))  # its last line, while its peers still trained
 
 
 def _timed_out_too(loss: pl.DataFrame, ranks: list[int], t_loss: Any) -> bool:
