@@ -33,6 +33,8 @@ from typing import BinaryIO, Iterator
 
 import regex
 
+from crashscope.patterns import compile_pattern
+
 HEAD_BYTES = 64 * 1024
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 MAX_TAR_MEMBERS = 200_000
@@ -293,12 +295,12 @@ def read_head(stream: BinaryIO, n: int = HEAD_BYTES) -> tuple[bytes, str | None]
     return b"".join(chunks), None
 
 
-_HOSTISH = regex.compile(r"^[A-Za-z][A-Za-z0-9-]*?\d+[A-Za-z0-9-]*$")
-_NOT_HOST = regex.compile(
+_HOSTISH = compile_pattern(r"^[A-Za-z][A-Za-z0-9-]*?\d+[A-Za-z0-9-]*$")
+_NOT_HOST = compile_pattern(
     r"^(?:rank|worker|attempt|job|step|task|proc|gpu|local|node_rank|log|logs|run|epoch|slurm|out|err|dmesg|trace|nccl|iter)[-_]?\d+$",
     regex.IGNORECASE,
 )
-_RANK_IN_NAME = regex.compile(r"(?:^|[^a-z])rank[-_.]?(\d{1,6})(?:\D|$)", regex.IGNORECASE)
+_RANK_IN_NAME = compile_pattern(r"(?:^|[^a-z])rank[-_.]?(\d{1,6})(?:\D|$)", regex.IGNORECASE)
 
 
 def host_hint_from_path(rel: str) -> str | None:
@@ -316,7 +318,7 @@ def host_hint_from_path(rel: str) -> str | None:
 
 # A shell prompt pasted above a command's output: bash's default PS1 (Debian/Ubuntu
 # ``\u@\h:\w\$``, RHEL ``[\u@\h \W]\$``), zsh's ``%n@%m %~ %#``, a conda env in front.
-_PROMPT = regex.compile(
+_PROMPT = compile_pattern(
     r"(?m)^(?:\([^()\s]{1,64}\) ?)?\[?[a-z_][a-z0-9_.-]{0,31}@([A-Za-z0-9][A-Za-z0-9.-]{0,252})"
     r"(?::[^\s$#%]{0,200}| [^\n$#%\]]{1,200}?)\]? ?[$#%] +(?:sudo +(?:-[ugpCDhRTU] +\S+ +|-\S+ +)*)?(?P<cmd>\S+)"
 )
@@ -328,7 +330,7 @@ _ELSEWHERE_COMMANDS = frozenset((
     "qacct", "qstat", "qhost", "tracejob", "pbsnodes", "bjobs", "bhist", "bacct", "bhosts", "condor_q", "condor_history",
     "kubectl", "oc", "ssh", "pdsh", "clush", "ansible", "mpirun", "mpiexec",
 ))
-_PROMPT_HOST = regex.compile(r"^(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{0,62}$")  # a letter: not an IPv4 address
+_PROMPT_HOST = compile_pattern(r"^(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{0,62}$")  # a letter: not an IPv4 address
 
 
 def host_hint_from_prompt(head: str) -> str | None:

@@ -32,6 +32,8 @@ from typing import BinaryIO
 
 import regex
 
+from crashscope.patterns import compile_pattern
+
 MIN_LINES = 2  # an excerpt of two enveloped lines is enough
 MIN_SHARE = 0.8  # of the head's non-empty lines
 HEAD_LINES = 200
@@ -55,10 +57,10 @@ _ISO = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)"
 _IDENT = rb"[\w@.:/-]{1,64}(?:\[\d{1,10}\])?"
 
 ENVELOPES: tuple[Envelope, ...] = (
-    Envelope("kubernetes CRI", regex.compile(rb"(?m)^" + _ISO + rb" (?:stdout|stderr) [FP] "), collector_only=True),
-    Envelope("docker compose", regex.compile(rb"(?m)^[A-Za-z0-9][\w.-]{0,63}?[-_]\d{1,4} *\| ")),
-    Envelope("journal", regex.compile(rb"(?m)^(?:" + _MONTH + rb" [ \d]\d \d\d:\d\d:\d\d|" + _ISO + rb") [\w.-]{1,253} " + _IDENT + rb": ")),
-    Envelope("grep", regex.compile(rb"(?m)^(?:\./)?(?:[\w.@+-]+/)*[\w.@+-]+\.(?:log|out|err|txt)(?:[:-]\d{1,9})?[:-]")),
+    Envelope("kubernetes CRI", compile_pattern(rb"(?m)^" + _ISO + rb" (?:stdout|stderr) [FP] "), collector_only=True),
+    Envelope("docker compose", compile_pattern(rb"(?m)^[A-Za-z0-9][\w.-]{0,63}?[-_]\d{1,4} *\| ")),
+    Envelope("journal", compile_pattern(rb"(?m)^(?:" + _MONTH + rb" [ \d]\d \d\d:\d\d:\d\d|" + _ISO + rb") [\w.-]{1,253} " + _IDENT + rb": ")),
+    Envelope("grep", compile_pattern(rb"(?m)^(?:\./)?(?:[\w.@+-]+/)*[\w.@+-]+\.(?:log|out|err|txt)(?:[:-]\d{1,9})?[:-]")),
 )
 
 

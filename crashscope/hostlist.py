@@ -20,13 +20,14 @@ from __future__ import annotations
 from typing import Iterable
 
 import hostlist as _hl
-import regex
+
+from crashscope.patterns import compile_pattern
 
 MAX_HOSTS = 65_536  # the largest Slurm clusters are well below this
 
 _EMPTY = frozenset({"", "(null)", "none", "none assigned", "n/a", "unknown"})
-_BRACKET = regex.compile(r"\[([^\[\]]*)\]")
-_RANGE = regex.compile(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*")
+_BRACKET = compile_pattern(r"\[([^\[\]]*)\]")
+_RANGE = compile_pattern(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*")
 
 
 def _split_top(text: str) -> list[str]:

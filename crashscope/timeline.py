@@ -31,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from crashscope.patterns import compile_pattern
 from crashscope.hostlist import compress_ints
 from crashscope.ingest import IngestResult
 from crashscope.schema import EVENT_SCHEMA, Kind, TimeQuality, conform_events, world_size
@@ -353,7 +354,7 @@ def _hosts_from_paths(ev: pl.DataFrame) -> pl.DataFrame:
         return ev
     import regex
 
-    rx = regex.compile(r"(?<![A-Za-z0-9])(" + "|".join(regex.escape(h) for h in sorted(known, key=len, reverse=True)) + r")(?![0-9])")
+    rx = compile_pattern(r"(?<![A-Za-z0-9])(" + "|".join(regex.escape(h) for h in sorted(known, key=len, reverse=True)) + r")(?![0-9])")
     mapping = {}
     for f in files.to_list():
         m = None

@@ -26,8 +26,8 @@ import statistics
 from typing import Any
 
 import polars as pl
-import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.engine.model import Evidence, Finding
 from crashscope.schema import Kind, one_of
 
@@ -39,7 +39,7 @@ MIN_SLOW_S = 10.0
 MIN_SAVES = 3
 STORAGE_AROUND_S = 120.0
 STORAGE_KINDS = (Kind.STORAGE_ERROR.value, Kind.HUNG_TASK.value)
-_DATA_TIME = regex.compile(r"\bdata_time: (?P<s>\d+(?:\.\d+)?)")
+_DATA_TIME = compile_pattern(r"\bdata_time: (?P<s>\d+(?:\.\d+)?)")
 
 
 def _ns(t: Any) -> int | None:

@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
-import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.engine.model import Evidence, Finding
 from crashscope.hostlist import compress_ints
 from crashscope.schema import Kind
@@ -72,7 +72,7 @@ DEFAULT_PG_DESC = "default_pg"
 _UNEVEN_OPS = ("all_to_all", "alltoall", "gather", "scatter", "send", "recv")
 
 
-_SIGNAL_FROM = regex.compile(r"dump signal due to a collective timeout from\s+(?:(?P<local>this local rank)|rank\s+(?P<rank>-?\d{1,9}))")
+_SIGNAL_FROM = compile_pattern(r"dump signal due to a collective timeout from\s+(?:(?P<local>this local rank)|rank\s+(?P<rank>-?\d{1,9}))")
 
 
 @dataclass

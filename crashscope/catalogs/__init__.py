@@ -29,6 +29,7 @@ from typing import Any
 
 import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.schema import CAUSES, KINDS, SEVERITIES
 
 ROLES = ("cause", "symptom", "context")
@@ -69,7 +70,7 @@ class Entry:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pattern: str) -> Any:
-    return regex.compile(pattern)
+    return compile_pattern(pattern)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import polars as pl
 import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.engine import condition as cond
 from crashscope.engine.model import AttrTest, Evidence, Finding, Rule, Selection, Window
 from crashscope.schema import one_of
@@ -41,7 +42,7 @@ from crashscope.schema import one_of
 log = logging.getLogger(__name__)
 
 MAX_EVIDENCE = 10
-_VERSION_HEAD = regex.compile(r"\d+(?:\.\d+)*")
+_VERSION_HEAD = compile_pattern(r"\d+(?:\.\d+)*")
 
 
 @lru_cache(maxsize=1)

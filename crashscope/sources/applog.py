@@ -63,6 +63,7 @@ from typing import Any, Sequence
 import regex
 
 from crashscope.schema import Kind, Severity
+from crashscope.patterns import compile_pattern
 from crashscope.sources.base import LineSource, ParseContext, feed_guarded, iso_to_ns, lazy_compile, split_prefix
 
 # -- bounding of train_step rows (documented in the module docstring) ------------------------
@@ -151,17 +152,6 @@ _PREFILTER_PARTS = (
     r"Epoch \d+ \| Batchsize: \d+",
     r"GLOBAL_RANK: \d",
 )
-
-
-def _prefilter_rx(pattern: str) -> Any:
-    """A line source's prefilter in the stdlib's engine where it takes it (its compile cache
-    already holds the ingest's copy), else ``regex``."""
-    import re
-
-    try:
-        return re.compile(pattern)
-    except re.error:
-        return regex.compile(pattern)
 
 
 # -- launcher prefixes and decoration ---------------------------------------------------------
@@ -381,7 +371,7 @@ _CKPT_HINT = ("checkpoint", "Checkpoint", "saving model to", "snapshot saved at"
 # training is done", Lightning "`Trainer.fit` stopped", scripts' "training finished/done/complete"),
 # not the end of an epoch or a step ("Training epoch 3 finished" is a progress line). Read here for
 # saves that print no end line (a save before them returned) and by analyses/silence.py.
-TRAINING_ENDED = regex.compile(
+TRAINING_ENDED = compile_pattern(
     r"(?i)\b(?:training|train loop|fit)\b(?:(?!\b(?:epoch|step|iter\w*|batch|phase|stage|round)\b)[^\n]){0,40}?"
     r"\b(?:finished|completed?|done|ended|is over)\b"
     r"|\b(?:finished|completed|done with|end of) (?:the )?training\b|`Trainer\.fit` stopped"
@@ -1058,9 +1048,9 @@ class _Parser:
             # The catalog's prefilter is a trie of literals: the catalogs' stdlib ``re`` copy
             # (built for their own matching) says the same as ``regex`` and compiles 4x faster.
             # The others: the stdlib's engine too, as the ingest splits its hits by source with
-            # (``ingest._split_regex``), whose compiled copies ``re``'s cache hands back here
+            # (``ingest._PER_SOURCE``), whose compiled copies ``re``'s cache hands back here
             # for nothing (``regex`` compiled them again: 0.03 s of a 12-file job).
-            self._others = [_CatalogReads(catalogs.load()) if s.name == "catalog" else _prefilter_rx(s.prefilter)
+            self._others = [_CatalogReads(catalogs.load()) if s.name == "catalog" else compile_pattern(s.prefilter)
                             for s in LINE_SOURCES if s.name != "applog"]
         sig = hdr.level + ":" + regex.sub(r"\d+", "#", msg[:120])
         if any(rx.search(raw) for rx in self._others):

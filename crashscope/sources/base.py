@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.schema import EVENT_SCHEMA, Kind, Severity, TimeQuality
 
 
@@ -50,7 +51,7 @@ class LazyPattern:
         return self.__dict__["compiled"]
 
     def _materialize(self) -> None:
-        rx = regex.compile(self.pattern, self._flags)
+        rx = compile_pattern(self.pattern, self._flags)
         d = self.__dict__
         for name in dir(rx):
             if not name.startswith("_"):
@@ -86,8 +87,8 @@ class CompiledPattern:
 
 
 def lazy_compile(pattern: str, flags: int = 0) -> regex.Pattern[str]:
-    """``regex.compile``, compiled on first use (see LazyPattern); duck-types ``regex.Pattern``
-    for its methods."""
+    """:func:`compile_pattern`, compiled on first use (see LazyPattern); duck-types
+    ``regex.Pattern`` for its methods."""
     return cast("regex.Pattern[str]", LazyPattern(pattern, flags))
 
 

@@ -80,6 +80,7 @@ from typing import Any, Sequence
 
 import regex
 
+from crashscope.patterns import compile_pattern
 from crashscope.schema import Kind, Severity
 from crashscope.sources.applog import HeaderReader
 from crashscope.sources.base import LineSource, feed_guarded, ParseContext, iso_to_ns, split_prefix
@@ -444,7 +445,7 @@ class PytorchSource(LineSource):
 
 
 # A separator rule (torchelastic's ChildFailedError table opens with one): no message words.
-_RULE_LINE = regex.compile(r"^\s*[=\-*_#~+]{3,}\s*$")
+_RULE_LINE = compile_pattern(r"^\s*[=\-*_#~+]{3,}\s*$")
 
 
 class _Parser:
