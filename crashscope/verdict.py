@@ -58,9 +58,12 @@ LOCATING_ANALYSES = ("first-killed", "silent-ranks")  # findings that say where 
 # Findings that say where a rank stopped or hung but not why; they name node_failure only
 # for want of a reason. A finding that says why about the same rank (an Xid, a throttled
 # GPU, an OOM kill) takes their vote; they stay as co-occurring.
-WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed")
+WHERE_ONLY = ("fr-hang", "watchdog-stuck-outside", "nsys-never-launched", "silent-ranks", "first-killed", "nccl-ras-node-dead")
 LOCATE_WITHIN_S = 120.0
 DESYNC_SUSPECTS = "pytorch-desync-lagging-ranks"  # where a hang is when no rank's silence says it
+# NCCL RAS's where (rules/unknown/nccl_ras_*.yaml): the processes its network lost, else the
+# ranks that stayed behind across repeated reports; after the desync report, in this order
+RAS_WHERE = ("nccl-ras-unresponsive", "nccl-ras-lagging-ranks")
 SLOW_RUN_FINDINGS = ("throughput-collapse", "straggler-rank-slow-steps")  # incidents without an error
 # The rank the others waited for (analyses/stragglers.py) makes a completed run an incident
 # only when the run slowed from where that rank started to be last: in healthy jobs rank 0
@@ -232,7 +235,10 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
         # a process that exited or was killed first says where, before a report of who lagged
         lagging = [] if hang_suspects or first_down is not None or killed else [
             f for f in deciding if f.rule_id == DESYNC_SUSPECTS and f.ranks]
-        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else []) + _completed_anyway(hidden)
+        ras = [] if hang_suspects or first_down is not None or killed or lagging else sorted(
+            (f for f in deciding if f.rule_id in RAS_WHERE and (f.ranks or f.hosts)), key=lambda f: RAS_WHERE.index(f.rule_id))
+        v.summary = _unknown_summary(symptoms, hang_suspects, v.missing, sorted(int(r) for r in lagging[0].ranks) if lagging else [],
+                                     ras[0] if ras else None) + _completed_anyway(hidden)
         if hang_suspects:
             v.implicated = Implicated(nodes=sorted({h for h, _ in hang_suspects if h}), ranks=sorted({r for _, r in hang_suspects}))
         elif first_down is not None:
@@ -245,6 +251,9 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             # No rank's silence, exit or kill says where, but the process group's own desync
             # report (every rank's last collective, from the store) does.
             v.implicated = Implicated(nodes=sorted(lagging[0].hosts), ranks=sorted(int(r) for r in lagging[0].ranks))
+        elif ras:
+            # ... nor a desync report, but NCCL's RAS names the processes it lost or the ranks left behind
+            v.implicated = Implicated(nodes=sorted(ras[0].hosts), ranks=sorted(int(r) for r in ras[0].ranks))
         v.evidence = [_evidence(f, e) for f in symptoms for e in f.evidence[:2]][:10]
         if symptoms:
             first = min((e for f in symptoms for e in f.evidence), key=lambda e: (e.time is None, e.time or 0, e.file, e.line or 0))
@@ -946,7 +955,8 @@ def _link_peers(ev: pl.DataFrame, hosts: tuple[str, ...]) -> list[str]:
     return sorted({p for p in peers if p not in hosts})
 
 
-def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], missing: list[str], lagging: list[int] | None = None) -> str:
+def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]], missing: list[str], lagging: list[int] | None = None,
+                     ras: Any = None) -> str:
     msg = "The job failed, but no root-cause evidence was found"
     if symptoms:
         msg += f" (only symptoms: {', '.join(sorted({f.title for f in symptoms})[:3])})"
@@ -955,6 +965,12 @@ def _unknown_summary(symptoms: list[Any], suspects: list[tuple[str | None, int]]
     elif lagging:
         msg += (f"; PyTorch's desync report names rank{'s' if len(lagging) > 1 else ''} {', '.join(str(r) for r in lagging[:8])} as lagging "
                 "(the oldest last collective): the hang suspects")
+    elif ras is not None:
+        where = [f"rank{'s' if len(ras.ranks) > 1 else ''} {', '.join(str(r) for r in sorted(ras.ranks)[:8])}"] if ras.ranks else []
+        where += [f"node{'s' if len(ras.hosts) > 1 else ''} {', '.join(sorted(ras.hosts)[:4])}"] if ras.hosts else []
+        what = ("as dead or not answering" if ras.rule_id == "nccl-ras-unresponsive"
+                else "as behind their peers in repeated reports")
+        msg += f"; NCCL's RAS report names {' on '.join(where)} {what}: where to look"
     if missing:
         msg += f". Missing: {'; '.join(missing[:3])}"
     return msg + "."

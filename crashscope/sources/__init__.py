@@ -12,6 +12,7 @@ from crashscope.sources import dcgm
 from crashscope.sources import envdump
 from crashscope.sources import nsys
 from crashscope.sources import apt_history
+from crashscope.sources import nccl_ras
 from crashscope.sources.base import FileSource, LineSource, Source
 
 SOURCES: tuple[Source, ...] = (
@@ -31,6 +32,7 @@ SOURCES: tuple[Source, ...] = (
     envdump.SOURCE,
     nsys.SOURCE,
     apt_history.SOURCE,
+    nccl_ras.SOURCE,
 )
 
 LINE_SOURCES: tuple[LineSource, ...] = tuple(s for s in SOURCES if isinstance(s, LineSource))
