@@ -555,7 +555,9 @@ class LinePrefix:
     task: int | None = None  # srun --label task id (SLURM_PROCID)
     local_rank: int | None = None  # torchrun [default3]:
     rank: int | None = None  # c10 / python [rank3]:, else mpirun's / horovodrun's rank tag
-    host: str | None = None  # pdsh's "<host>: " (DeepSpeed's multi-node launcher)
+    host: str | None = None  # pdsh's "<host>: " (DeepSpeed's multi-node launcher), Ray's "ip=<addr>"
+    pid: int | None = None  # Ray's worker-log prefix "(<name> pid=N)": the worker process's pid
+    ray: str | None = None  # ... and its actor/task name ("" when Ray printed none; "raylet", "autoscaler")
 
 
 # mpirun --tag-output: "[<jobid>,<vpid>]<stdout>:" (Open MPI 4, orte/mca/iof/base/iof_base_setup.c;
@@ -565,9 +567,19 @@ class LinePrefix:
 # leading 'node:'"), so DeepSpeed's multi-node launcher (deepspeed/launcher/multinode_runner.py
 # PDSHRunner) shows "<host>: [rank14]: ..."; the host is read as a prefix only when a
 # torchrun/c10 tag follows it and it is not all digits (that is srun's task id).
+# Ray's driver reprints every worker's stdout/stderr line as
+# "{Style.DIM}{color}({actor or task name} pid={pid}[, ip={ip}]){Style.RESET_ALL} {line}"
+# (ray-project/ray python/ray/_private/worker.py print_worker_logs / prefix_for; the name since
+# Ray 2.x, ", ip=" when the worker is on another node than the driver; "(raylet)" and
+# "(autoscaler +1m2s)" for Ray's own lines); pastes often keep the colorama codes, or their
+# "[36m" without the ESC byte.
 _PREFIX = lazy_compile(
     r"""^(?:(?=[\w.-]*[A-Za-z.])(?P<host>[A-Za-z0-9][\w.-]{0,62}):\ (?=\[(?:rank|default)\d+\]:))?   # pdsh "host: "
         (?:\s*(?P<task>\d{1,6}):\ )?               # srun --label "12: " (right-aligned)
+        (?:(?:\x1b?\[[0-9;]{0,8}m)*                  # Ray worker-log prefix, colorama codes around it
+           \((?:(?:(?P<rayname>[^\s()]{1,200})\ )?pid=(?P<raypid>\d{1,9})|(?P<raysys>raylet|autoscaler\ \+[\dhms]{1,12}))
+           (?:,\ ip=(?P<rayip>[0-9A-Fa-f.:]{3,45}))?\)
+           (?:\x1b?\[[0-9;]{0,8}m)*\ ?)?
         (?:\[(?:\d{1,9},)?(?P<mpi>\d{1,7})\]<std(?:out|err|diag)>:\ ?)?   # mpirun / horovodrun tag
         (?:\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)\]:\s?)?   # torchrun "[default3]:"
         (?:\[rank(?P<rank>\d+)\]:\s?)?                 # c10 / python "[rank3]:"
@@ -577,12 +589,14 @@ _PREFIX = lazy_compile(
 
 
 def split_prefix(text: str) -> tuple[LinePrefix, str]:
-    """Strip ``srun -l``, torchrun and ``[rankN]:`` prefixes from a line.
+    """Strip ``srun -l``, Ray's worker-log, torchrun and ``[rankN]:`` prefixes from a line.
 
     >>> split_prefix(" 3: [default1]:[rank9]:[E0917 04:21:41.1 x.cpp:1] hi")
-    (LinePrefix(task=3, local_rank=1, rank=9, host=None), '[E0917 04:21:41.1 x.cpp:1] hi')
+    (LinePrefix(task=3, local_rank=1, rank=9, host=None, pid=None, ray=None), '[E0917 04:21:41.1 x.cpp:1] hi')
     >>> split_prefix("100.83.191.29: [rank14]: RuntimeError: x")
-    (LinePrefix(task=None, local_rank=None, rank=14, host='100.83.191.29'), 'RuntimeError: x')
+    (LinePrefix(task=None, local_rank=None, rank=14, host='100.83.191.29', pid=None, ray=None), 'RuntimeError: x')
+    >>> split_prefix("(WorkerDict pid=835, ip=172.26.143.83) [rank38]:[E809 14:59:30.4 x.cpp:1] hi")
+    (LinePrefix(task=None, local_rank=None, rank=38, host='172.26.143.83', pid=835, ray='WorkerDict'), '[E809 14:59:30.4 x.cpp:1] hi')
     """
     m = _PREFIX.match(text)
     if not m or m.end() == 0:
@@ -594,12 +608,15 @@ def split_prefix(text: str) -> tuple[LinePrefix, str]:
         rank = m.group("lr")
     if rank is None:
         rank = m.group("mpi")
+    ray = m.group("raysys") or m.group("rayname") or ("" if m.group("raypid") is not None else None)
     return (
         LinePrefix(
             task=int(m.group("task")) if m.group("task") is not None else None,
             local_rank=lr,
             rank=int(rank) if rank is not None else None,
-            host=m.group("host"),
+            host=m.group("host") or m.group("rayip"),
+            pid=int(m.group("raypid")) if m.group("raypid") is not None else None,
+            ray=ray.split(" ", 1)[0] if ray else ray,
         ),
         text[m.end():],
     )

@@ -1,6 +1,7 @@
 """PyTorch distributed: c10d watchdog/errors, desync, torchrun agent, ChildFailedError, tracebacks, CUDA OOM.
 
-Sample lines (job stdout/stderr, possibly behind ``srun -l`` / torchrun ``[defaultN]:`` prefixes)::
+Sample lines (job stdout/stderr, possibly behind ``srun -l`` / Ray's ``(<actor> pid=N, ip=A)`` /
+torchrun ``[defaultN]:`` prefixes, ``sources.base.split_prefix``)::
 
     [rank3]:[E0917 04:21:41.160918398 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation
         timeout: WorkNCCL(SeqNum=5012, OpType=ALLREDUCE, NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000)
@@ -38,7 +39,10 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
 * collective_mismatch: detail, ranks, seqs, ops
 * exception: type, text, frames_top ("file:line in func" of the innermost frame), frames,
   chained (types of earlier exceptions in the chain), nccl_result, nccl_version, uncaught (the
-  traceback came behind torch's ``[rankN]:`` excepthook prefix: the rank died of it)
+  traceback came behind torch's ``[rankN]:`` excepthook prefix: the rank died of it),
+  ray_actor_death (a traceback a Ray process printed behind Ray's ``(<name> pid=N)`` worker-log
+  prefix within a few lines of its own report of a dead actor, ``_RAY_DEATH``: the driver or
+  Train controller reprinting that death, not its program's error; a truncated one is a warning)
 * cuda_error: error;  cuda_oom: tried_bytes, device, free_bytes, total_bytes
 * version: component "nccl", version (from ``NCCL error ... NCCL version X``; once per file and rank)
 * signal: signal, pid, direction (sent|received), agent_pid, srun_task (the ``srun -l`` label of the
@@ -88,6 +92,9 @@ from crashscope.sources.base import lazy_compile
 
 # --- prefilter -----------------------------------------------------------------------------
 # Every line a block needs must be selected here. Literal-heavy; valid Rust and Python regex.
+# Ray's "(<name> pid=N[, ip=A])" worker-log prefix (sources/base.py _PREFIX), then one of _RAY_DEATH's texts
+_RAY_DEATH_LINE = (r"\((?:[^\s()]+ )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\S* ?(?:The actor died unexpectedly before finishing"
+                   r"|The actor (?:is dead|died) because|Graceful shutdown of backend failed)")
 _PREFILTER_PARTS = (
     r"Watchdog caught collective operation timeout",
     r"failure detected by watchdog",
@@ -110,6 +117,8 @@ _PREFILTER_PARTS = (
     r"\[[\d, ]*\] (?:started|finished) \w+\s*$",
     r"Detected mismatch between collectives",
     r"Traceback \(most recent call last\)",
+    # a Ray process's report of a dead actor behind Ray's worker-log prefix (_RAY_DEATH)
+    _RAY_DEATH_LINE,
     r"File \"[^\"]*\", line \d",
     r"above exception",
     r"(?:Error|Exception|Interrupt|SystemExit)(?::|\s*$)",
@@ -306,6 +315,21 @@ _LVL = {"DEBUG": Severity.DEBUG, "INFO": Severity.INFO, "WARNING": Severity.WARN
         "CRITICAL": Severity.CRITICAL}
 
 _MAX_TB_GAP = 400  # lines between two lines of one prefixed traceback (other ranks interleave)
+# What a Ray process prints about an actor that died, right before the traceback it reprints
+# of that death: ray-project/ray python/ray/exceptions.py ActorDiedError (BASE_ERROR_MSG "The
+# actor died unexpectedly before finishing this task.", its fields, then the death cause: "The
+# actor is dead because its worker process has died", "The actor died because its node has
+# died", src/ray/gcs/gcs_actor_manager.cc), and Ray Train's "Graceful shutdown of backend
+# failed. This is expected if one of the workers has crashed." (python/ray/train/v2/_internal/
+# callbacks/backend_setup.py BackendSetupCallback: logged in `except RayActorError` (and
+# RayTaskError) with exc_info=True, test_worker_group.py
+# test_backend_setup_callback_swallows_shutdown_failure), whose traceback is that error's.
+_RAY_DEATH = lazy_compile(
+    r"The actor died unexpectedly before finishing|The actor (?:is dead|died) because|Graceful shutdown of backend failed"
+    r"|ray\.exceptions\.(?:RayActorError|ActorDiedError|ActorUnavailableError)\b"
+)
+_OTHER_PARTS = lazy_compile("|".join(f"(?:{p})" for p in _PREFILTER_PARTS if p is not _RAY_DEATH_LINE))
+_RAY_DEATH_BEFORE = 12  # lines from the death report (its fields, its cause lines) to the traceback
 _MAX_TB_GAP_BARE = 8  # same without prefix: code and ^^^ lines only
 _PID_MAX = 4_194_304  # torch<=2.3 glog field is a thread id, not a pid
 
@@ -369,6 +393,7 @@ class _Tb:
     spawn: int | None = None  # the mp.spawn process index of the banner right above it
     ident: dict[str, Any] | None = None  # the logging record it is part of (rank, time), when one
     headed: bool = False  # opened by "Traceback (most recent call last):", not by a frame
+    ray_death: bool = False  # a Ray process's traceback right after its report of a dead actor (_RAY_DEATH)
 
 
 @dataclass
@@ -470,6 +495,7 @@ class _Parser:
         self.spawn: tuple[int, int] | None = None  # (line, index) of the last mp.spawn "-- Process N terminated" banner
         self.line_task: dict[int, int] = {}  # line -> its srun --label task id
         self.line_host: dict[int, str] = {}  # line -> the pdsh host prefix it had
+        self.ray_death: dict[int, int] = {}  # Ray worker pid -> the line of its last report of a dead actor
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
@@ -517,8 +543,13 @@ class _Parser:
     def _line(self, n: int, raw: str) -> None:
         prefix, text = split_prefix(raw)
         text = text.rstrip("\r\n")
-        key = (prefix.task, prefix.local_rank, prefix.rank)
+        # Ray's "(<name> pid=N)" prefix: one worker's lines are one stream among the driver's
+        key = (prefix.task, prefix.local_rank, prefix.rank, prefix.pid)
         prev_n, self.prev_n = self.prev_n, n
+        if prefix.ray is not None and _RAY_DEATH.search(text):
+            self.ray_death[prefix.pid or 0] = n
+            if not _OTHER_PARTS.search(raw):
+                return  # here for _RAY_DEATH_LINE alone: nothing else to read in it
         if text.startswith(("-- Process ", "Parameter")):
             if sm := _SPAWN_BANNER.match(text):
                 self.spawn = (n, int(sm.group("idx")))
@@ -964,6 +995,8 @@ class _Parser:
                 self._close_tb(key, truncated=tb.exc is None, superseded=True)
             spawn = self.spawn[1] if self.spawn is not None and 0 < n - self.spawn[0] <= 2 else None
             self.tb[key] = _Tb(start=n, last=n, ident=self.ident, spawn=spawn, headed=True)
+            if prefix.ray is not None and 0 < n - self.ray_death.get(prefix.pid or 0, -_RAY_DEATH_BEFORE - 1) <= _RAY_DEATH_BEFORE:
+                self.tb[key].ray_death = True
             pend = self.chain_pending.pop(key, None)
             if pend is not None and 0 < n - pend[0] <= 2:
                 # The traceback of the exception raised while handling the one printed above
@@ -1023,6 +1056,8 @@ class _Parser:
                 attrs["frames"] = len(tb.frames)
             if tb.chained:
                 attrs["chained"] = list(tb.chained)
+            if tb.ray_death:
+                attrs["ray_actor_death"] = True
             if prefix.rank is not None:
                 # "[rankN]: Traceback ...": torch's sys.excepthook, set by init_process_group
                 # (torch 2.13.0 torch/distributed/distributed_c10d.py init_process_group, lines 1921-1938: `excepthook_prefix =
@@ -1082,11 +1117,13 @@ class _Parser:
                     rank = tb.ident["rank"]
                 top = tb.frames[-1] if tb.frames else ""
                 where = f"after {len(tb.frames)} frame(s), innermost {top}" if tb.frames else "after its header line"
-                self.add(_Ev(Kind.EXCEPTION, line=tb.last, severity=Severity.ERROR,
-                             message=f"traceback cut off {where}; its exception line is missing",
+                self.add(_Ev(Kind.EXCEPTION, line=tb.last, severity=Severity.WARNING if tb.ray_death else Severity.ERROR,
+                             message=f"traceback cut off {where}; its exception line is missing"
+                             + ("; a Ray process's reprint of a dead actor's error" if tb.ray_death else ""),
                              attrs={"type": "", "text": "", "truncated": True, "frames_top": top,
                                     "frames": len(tb.frames), "frames_all": tb.frames[-8:],
-                                    **({"uncaught": True} if key[2] is not None else {})},
+                                    **({"uncaught": True} if key[2] is not None else {}),
+                                    **({"ray_actor_death": True} if tb.ray_death else {})},
                              time=tb.ident["time"] if tb.ident else None, tq=tb.ident["tq"] if tb.ident else None,
                              rank=rank, local_rank=lr if lr is not None else tb.spawn))
 

@@ -518,3 +518,50 @@ def test_collective_mismatch_fingerprint_without_tensors_has_no_comma_before_its
     assert ms[1]["ops"] == ["ALLREDUCE[919296]", "REDUCE"]
     # an op is kept beside its own rank: the second fingerprint names none
     assert ms[2]["ops"] == ["ALLREDUCE", None]
+
+
+# Ray's driver reprints worker lines as "{DIM}{CYAN}(<actor> pid=N[, ip=A]){RESET_ALL} <line>"
+# (ray-project/ray python/ray/_private/worker.py print_worker_logs / prefix_for).
+RAY_TIMEOUT = "\x1b[2m\x1b[36m(WorkerDict pid=835, ip=172.26.143.83)\x1b[0m " + TIMEOUT.replace("[rank3]", "[rank38]").replace("[Rank 3]", "[Rank 38]")
+
+
+def test_ray_worker_prefix_keeps_the_c10_stamp_rank_and_node():
+    rows, _ = _rows(RAY_TIMEOUT)
+    (ev,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert ev["rank"] == 38 and ev["host"] == "172.26.143.83"
+    assert ev["time"] == _ns("2026-09-17T04:21:41") and ev["time_quality"] == "exact"  # whole seconds, as without the prefix
+    # "[36m" without its ESC byte, no ip (the worker on the driver's node)
+    rows, _ = _rows("[36m(RayWorkerWrapper pid=4009) " + TIMEOUT)
+    (ev,) = [r for r in rows if r["kind"] == "collective_timeout"]
+    assert ev["rank"] == 3 and ev["host"] is None and ev["time"] is not None
+
+
+RAY_DEATH = (
+    "(TrainController pid=79312) The actor died unexpectedly before finishing this task.\n"
+    "(TrainController pid=79312) \tclass_name: RayTrainWorker\n"
+    "(TrainController pid=79312) \tip: 10.0.0.7\n"
+    "(TrainController pid=79312) The actor died because its node has died. Node Id: b157c93de9603b1458ae4bd22668b46a4f0ae249bf9467072ba6fd45\n"
+    "(TrainController pid=79312) \tthe actor's node was preempted: simulating node drain\n"
+    "(TrainController pid=79312) Graceful shutdown of backend failed. This is expected if one of the workers has crashed.\n"
+)
+
+
+def test_a_ray_process_reprinting_a_dead_actors_error_is_marked_as_such():
+    # Ray Train logs the warning with exc_info in `except RayActorError`: the traceback is that death's
+    rows, _ = _rows(RAY_DEATH + "(TrainController pid=79312) Traceback (most recent call last):\n")
+    (ev,) = [r for r in rows if r["kind"] == "exception"]
+    assert ev["attrs"]["truncated"] and ev["attrs"]["ray_actor_death"] and ev["severity"] == "warning"
+    rows, _ = _rows(RAY_DEATH + "(TrainController pid=79312) Traceback (most recent call last):\n"
+                    '(TrainController pid=79312)   File "/x/ray/train/v2/_internal/execution/worker_group/worker_group.py", line 9, in shutdown\n'
+                    "(TrainController pid=79312) ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
+    (ev,) = [r for r in rows if r["kind"] == "exception"]
+    assert ev["attrs"]["ray_actor_death"] and ev["attrs"]["type"] == "ray.exceptions.ActorDiedError"
+
+
+def test_a_ray_workers_own_traceback_is_its_program_error():
+    # another worker's death report does not make this worker's own exception a reprint
+    rows, _ = _rows(RAY_DEATH + "(RayTrainWorker pid=5000, ip=10.0.0.8) Traceback (most recent call last):\n"
+                    '(RayTrainWorker pid=5000, ip=10.0.0.8)   File "/app/train.py", line 10, in train_func\n'
+                    "(RayTrainWorker pid=5000, ip=10.0.0.8) ValueError: bad batch\n")
+    (ev,) = [r for r in rows if r["kind"] == "exception"]
+    assert "ray_actor_death" not in ev["attrs"] and ev["attrs"]["type"] == "ValueError" and ev["host"] == "10.0.0.8"
