@@ -496,11 +496,14 @@ class _Parser:
         self.line_task: dict[int, int] = {}  # line -> its srun --label task id
         self.line_host: dict[int, str] = {}  # line -> the pdsh host prefix it had
         self.ray_death: dict[int, int] = {}  # Ray worker pid -> the line of its last report of a dead actor
+        self.line_pid: dict[int, int] = {}  # line -> the Ray worker pid its prefix named
 
     # -- helpers ---------------------------------------------------------------------------
     def add(self, ev: _Ev) -> _Ev:
         if ev.host is None and self.line_host:
             ev.host = self.line_host.get(ev.line)
+        if ev.pid is None and self.line_pid:
+            ev.pid = self.line_pid.get(ev.line)
         self.events.append(ev)
         self.last_ev_for_line[ev.line] = ev
         self.by_line.setdefault(ev.line, []).append(ev)
@@ -526,6 +529,8 @@ class _Parser:
             self.line_task[n] = prefix.task
         if prefix.host is not None:
             self.line_host[n] = prefix.host
+        if prefix.pid is not None:
+            self.line_pid[n] = prefix.pid
         ident: dict[str, Any] | None = None
         if prefix.task is None and prefix.local_rank is None and prefix.rank is None:
             starts, rank, t, tq = self.headers.read(text.rstrip("\r\n"))

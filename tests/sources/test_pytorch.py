@@ -528,7 +528,7 @@ RAY_TIMEOUT = "\x1b[2m\x1b[36m(WorkerDict pid=835, ip=172.26.143.83)\x1b[0m " + 
 def test_ray_worker_prefix_keeps_the_c10_stamp_rank_and_node():
     rows, _ = _rows(RAY_TIMEOUT)
     (ev,) = [r for r in rows if r["kind"] == "collective_timeout"]
-    assert ev["rank"] == 38 and ev["host"] == "172.26.143.83"
+    assert ev["rank"] == 38 and ev["host"] == "172.26.143.83" and ev["pid"] == 835
     assert ev["time"] == _ns("2026-09-17T04:21:41") and ev["time_quality"] == "exact"  # whole seconds, as without the prefix
     # "[36m" without its ESC byte, no ip (the worker on the driver's node)
     rows, _ = _rows("[36m(RayWorkerWrapper pid=4009) " + TIMEOUT)
