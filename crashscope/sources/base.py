@@ -206,6 +206,7 @@ class ParseContext:
         pid: int | None = None,
         job_id: str | None = None,
         attrs: dict[str, Any] | None = None,
+        attrs_json: str | None = None,
     ) -> None:
         """Record one event. ``time`` is UTC nanoseconds (see the ``*_ns`` helpers).
 
@@ -216,6 +217,9 @@ class ParseContext:
         occurrence too, with ``repeat`` (occurrences it stands for, itself included),
         ``last_time`` and ``last_line`` in its attrs. Counting ``attrs.repeat`` (default 1)
         over rows gives the occurrences.
+
+        ``attrs_json`` is ``attrs`` already encoded as ``attrs_text`` encodes it, for a
+        source that encodes many rows at once; ``attrs`` wins where both are given.
         """
         if time is not None and not plausible_ns(time):
             # A corrupted stamp (year 8026) would overflow the column; keep the event, not the time.
@@ -240,7 +244,8 @@ class ParseContext:
             job_id = self._bound_str("job_id", job_id, MAX_JOB_ID_CHARS, line)
         kind_v, severity_v = _val(kind), _val(severity)
         message = message[:2000]
-        attrs_json = _attrs_json(attrs) if attrs else None
+        if attrs:
+            attrs_json = attrs_text(attrs)
         key = (kind_v, severity_v, host, rank, local_rank, gpu, gpu_index, pid, job_id, message.strip(), attrs_json)
         seen = self._seen.get(key)
         if seen is not None and seen[0] >= FOLD_AFTER and kind_v not in SERIES_KINDS:
@@ -435,7 +440,8 @@ def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
 _ATTRS_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
-def _attrs_json(attrs: dict[str, Any]) -> str:
+def attrs_text(attrs: dict[str, Any]) -> str:
+    """An event's ``attrs`` column text: compact JSON, long strings cut past MAX_ATTRS_CHARS."""
     text = _ATTRS_ENCODER.encode(attrs)
     if len(text) <= MAX_ATTRS_CHARS:
         return text

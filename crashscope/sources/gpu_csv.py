@@ -39,13 +39,14 @@ Events (gpu = normalized PCI when ``pci.bus_id`` is queried, gpu_index = ``index
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
 import polars as pl
 
 from crashscope.schema import Kind, Severity
-from crashscope.sources.base import FileSource, ParseContext, decode, normalize_pci
+from crashscope.sources.base import MAX_ATTRS_CHARS, FileSource, ParseContext, attrs_text, decode, normalize_pci
 from crashscope.sources.nvidia_smi import REASON_BITS, SERIOUS_MASK, reason_names
 from crashscope.sources.base import lazy_compile
 
@@ -349,7 +350,6 @@ def _parse(files: list[_File], names: list[str]) -> None:
     # -- telemetry: one event per GPU per minute, plus every sample that is unusual ----------------
     # (a 1 s series over a day is 86,400 rows per GPU; the timeline needs the shape, and
     # throttle runs below are computed on every row)
-    names_cache: dict[int, list[str]] = {}
     tel_kind, q_val = Kind.GPU_TELEMETRY.value, quality.value  # plain strings: many emits
     unusual = pl.lit(False)
     if "reasons_mask" in df.columns:
@@ -358,20 +358,12 @@ def _parse(files: list[_File], names: list[str]) -> None:
         unusual = unusual | (pl.col("temperature").fill_null(0) >= HOT_C)
     bucket = (pl.col("_t") // (TELEMETRY_EVERY_S * 1_000_000_000)).fill_null(pl.col("n").cast(pl.Int64))
     sampled = df.filter(unusual | (pl.int_range(pl.len()).over(["f", "_gpu", bucket]) == 0))
-    for row in sampled.select(["f", "n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys]).iter_rows(named=True):
-        attrs = {k: row[k] for k in tel_keys if row[k] is not None}
-        if not attrs:
-            continue  # nothing readable in this sample
-        if row["_pci"] is None and row["_idx"] is None and row["_uuid"] is not None:
-            attrs["uuid"] = row["_uuid"]  # --query-remapped-rows: the uuid is the only identity
-        m = attrs.get("reasons_mask")
-        if m is not None:
-            if m not in names_cache:
-                names_cache[m] = reason_names(m)
-            attrs["reasons"] = names_cache[m]
-        ctxs[row["f"]].emit(tel_kind, row["n"], f"GPU {row['_gpu']} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid")),
-                            severity="info", time=row["_t"], time_quality=q_val if row["_t"] is not None else None,
-                            gpu=row["_pci"], gpu_index=row["_idx"], attrs=attrs)
+    sampled = sampled.select(["f", "n", "_t", "_pci", "_idx", "_gpu", "_uuid", *tel_keys])
+    for k, n, t, pci, idx, message, attrs_json in _telemetry_texts(sampled, tel_keys).iter_rows():
+        if len(attrs_json) > MAX_ATTRS_CHARS:  # a long string field: cut as every event's attrs are
+            attrs_json = attrs_text(json.loads(attrs_json))
+        ctxs[k].emit(tel_kind, n, message, severity="info", time=t, time_quality=q_val if t is not None else None,
+                     gpu=pci, gpu_index=idx, attrs_json=attrs_json)
 
     # -- throttle runs -----------------------------------------------------------------------------
     # (only where some sample is throttled: the window below was a seventh of a file's time,
@@ -419,6 +411,44 @@ def _parse(files: list[_File], names: list[str]) -> None:
         for k, unparsed in df.group_by("f").agg(pl.col("_t").null_count()).iter_rows():
             if unparsed:
                 ctxs[k].warn(f"{unparsed} CSV rows with an unparsed timestamp", None)
+
+
+def _telemetry_texts(sampled: pl.DataFrame, tel_keys: list[str]) -> pl.DataFrame:
+    """Each telemetry sample's message and attrs JSON, as one event of it would have them
+    (``GPU <id> key=value ...``; the fields that are set, in column order, then ``uuid``
+    where it is the only identity and ``reasons`` beside the mask), built per column in
+    polars: a Python dict, message and JSON per row were most of a CSV's time. Values are
+    written by Python (``str``, ``json``) once per distinct value; samples with no field
+    set are left out. Columns: f, n, _t, _pci, _idx, message, attrs_json."""
+    msg_parts: list[pl.Expr] = []
+    json_parts: list[pl.Expr] = []
+    for key in tel_keys:
+        col = sampled[key]
+        if col.dtype in (pl.Int64, pl.Int32, pl.UInt32, pl.UInt64):
+            as_msg = as_json = pl.col(key).cast(pl.String)
+        else:
+            values = [v for v in col.unique().to_list() if v is not None]
+            as_msg = pl.col(key).replace_strict({v: str(v) for v in values}, default=None, return_dtype=pl.String)
+            as_json = pl.col(key).replace_strict({v: _ENCODE(v) for v in values}, default=None, return_dtype=pl.String)
+        msg_parts.append(pl.lit(f"{key}=") + as_msg)
+        json_parts.append(pl.lit(f"{_ENCODE(key)}:") + as_json)
+    uuids = [v for v in sampled["_uuid"].unique().to_list() if v is not None]
+    only_uuid = pl.col("_pci").is_null() & pl.col("_idx").is_null() & pl.col("_uuid").is_not_null()
+    json_parts.append(pl.when(only_uuid).then(
+        pl.lit('"uuid":') + pl.col("_uuid").replace_strict({v: _ENCODE(v) for v in uuids}, default=None, return_dtype=pl.String)))
+    if "reasons_mask" in tel_keys:
+        masks = [m for m in sampled["reasons_mask"].unique().to_list() if m is not None]
+        json_parts.append(pl.lit('"reasons":') + pl.col("reasons_mask").replace_strict(
+            {m: _ENCODE(reason_names(m)) for m in masks}, default=None, return_dtype=pl.String))
+    any_set = pl.any_horizontal([pl.col(k).is_not_null() for k in tel_keys]) if tel_keys else pl.lit(False)
+    return sampled.filter(any_set).select(
+        "f", "n", "_t", "_pci", "_idx",
+        (pl.lit("GPU ") + pl.col("_gpu") + pl.lit(" ") + pl.concat_str(msg_parts, separator=" ", ignore_nulls=True)).alias("message"),
+        (pl.lit("{") + pl.concat_str(json_parts, separator=",", ignore_nulls=True) + pl.lit("}")).alias("attrs_json"),
+    )
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # as attrs_text encodes
 
 
 def _iso(ns: int) -> str:

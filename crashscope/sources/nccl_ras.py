@@ -164,7 +164,7 @@ class _Report:
     listed: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # (group index, line, rank entry)
     block_line: int = 0
     dead: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    pid_rank: dict[tuple[str, int], int] = field(default_factory=dict)
+    pid_rank: dict[tuple[str | None, int | None], int] = field(default_factory=dict)
     pending: list[tuple[Any, ...]] = field(default_factory=list)  # events emitted when the report ends
 
 

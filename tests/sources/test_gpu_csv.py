@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from crashscope.sources import get_source
-from crashscope.sources.base import ParseOptions
+from crashscope.sources.base import ParseOptions, attrs_text
+from crashscope.sources.nvidia_smi import reason_names
 from crashscope.testing import parse_text
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "gpu_csv"
@@ -138,3 +142,38 @@ def test_unreadable_gpu_gives_one_log_error() -> None:
     (err,) = _events(df, "log_error")
     assert err["line"] == 3 and err["severity"] == "error" and err["gpu"] == "0000:2a:00.0"
     assert len(_events(df, "gpu_telemetry")) == 1
+
+
+_FIELDS = st.one_of(
+    st.sampled_from(["[N/A]", "[Not Supported]", "", "0", "1e-05", "0.00001", "123456789012345678", "-3.5"]),
+    st.integers(-(10**6), 10**18).map(str),
+    st.floats(0, 1e6, allow_nan=False).map(lambda x: f"{x!r}"),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["0", "1", "[N/A]"]), st.sampled_from(["00000000:18:00.0", "[N/A]"]), _FIELDS, _FIELDS,
+                          st.sampled_from(["P0", "P8", '"P\\x', "Pé", "[N/A]"]), st.sampled_from(["Yes", "No", "[N/A]"]),
+                          st.sampled_from(["0x0000000000000048", "0x0000000000000001", "[N/A]"]), st.sampled_from(["GPU-1", "[N/A]"])),
+                min_size=1, max_size=12))
+def test_telemetry_message_and_attrs_are_those_of_their_values(samples) -> None:
+    """The columnar telemetry texts say what an event built from its attrs dict says: the
+    compact JSON as attrs_text encodes it, and ``GPU <id> k=v ...`` with Python's str of each
+    value, the fields in column order, uuid and reasons left out of the message."""
+    header = ("timestamp, index, pci.bus_id, uuid, temperature.gpu, power.draw [W], pstate, remapped_rows.pending, "
+              "clocks_event_reasons.active")
+    rows = [header]
+    for i, (idx, bus, temp, power, pstate, pending, mask, uuid) in enumerate(samples):
+        rows.append(f"2026/09/14 08:{i:02d}:00.000, {idx}, {bus}, {uuid}, {temp}, {power} W, {pstate}, {pending}, {mask}")
+    df, _ = parse_text("gpu_csv", "\n".join(rows) + "\n", options=UTC_OPTS)
+    tel = df.filter(df["kind"] == "gpu_telemetry").to_dicts()
+    assert tel, "every sample has its mask or pstate or another field set"
+    for r in tel:
+        attrs = json.loads(r["attrs"])
+        assert r["attrs"] == attrs_text(attrs)
+        gpu = r["message"].split(" ", 2)[1]
+        assert r["message"] == f"GPU {gpu} " + " ".join(f"{k}={v}" for k, v in attrs.items() if k not in ("reasons", "uuid"))
+        if "reasons_mask" in attrs:
+            assert attrs["reasons"] == reason_names(attrs["reasons_mask"])
+        if "uuid" in attrs:  # the only identity
+            assert r["gpu"] is None and r["gpu_index"] is None
