@@ -174,7 +174,7 @@ def test_ripgrep_takes_the_chatter_files_and_gives_the_plain_events(big_job: Pat
         return out
 
     sizes = {p.name: p.stat().st_size for p in (big_job / "logs").iterdir()}
-    monkeypatch.setattr(rgpass, "MIN_BYTES", 256 * 1024)  # the fixture's ~1 MB files too
+    monkeypatch.setattr(rgpass, "MIN_BYTES", 256 * 1024)  # the default, set here so the test keeps it
     with monkeypatch.context() as m:
         m.setattr(ingest_mod, "_rg_hits", spy)
         _same_both_ways(big_job, monkeypatch)
