@@ -300,7 +300,7 @@ class _Parser:
     # -- driver --------------------------------------------------------------------------
     def run(self, lines: list[str]) -> None:
         gpu: _Gpu | None = None
-        stack: list[tuple[int, str]] = []  # (indent, lower-case label) of open sections
+        stack: list[tuple[int, tuple[str, ...]]] = []  # (indent, path of lower-case labels) of open sections
         base_indent = 0
         pending_time: int | None = None  # ctime line seen just before a table banner
         in_table = False
@@ -364,13 +364,13 @@ class _Parser:
                 while stack and stack[-1][0] >= indent:
                     stack.pop()
                 label = (kv.group("key") if kv else line).strip().lower()
-                path = tuple(s for _, s in stack) + (label,)
+                path = (stack[-1][1] if stack else ()) + (label,)
                 if kv:
                     val = (kv.group("val") or "").strip()
                     gpu.values.setdefault(path, (val, n))
                     if val.lower() == "[gpu requires reset]":
                         self.reset_required(n, gpu.pci, None, f"{kv.group('key').strip()}: [GPU requires reset]")
-                stack.append((indent, label))
+                stack.append((indent, path))
             except Exception as e:  # never let one odd line stop the file
                 self.ctx.warn(f"unparsed nvidia-smi line ({type(e).__name__})", n, line)
         if gpu:
