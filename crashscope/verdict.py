@@ -283,6 +283,11 @@ def decide(findings: list[Finding], tl: Timeline, *, classifier: dict[str, Any] 
             ),
             None,
         )
+    if borrowed is not None and top == "oom" and borrowed.rule_id == "first-killed" and (len(borrowed.ranks) != 1 or len(_oom_victims(same)) != 1):
+        # The OOM killer's victim is the task srun saw SIGKILLed only when the kernel killed one
+        # process and one task was SIGKILLed first: several kills, or several tasks in the
+        # first kill, and nothing pairs a pid with a task.
+        borrowed = None
     if borrowed is None and primary is not None and not primary.hosts and top == "oom":
         # An OOM kill by pid alone (no node, no rank) with no time to match: the kernel's OOM killer kills
         # with SIGKILL and srun names a task's terminating signal by strsignal(), "Killed" for SIGKILL (the

@@ -142,6 +142,17 @@ def test_a_sigkill_the_scheduler_was_asked_for_is_not_the_node():
     assert len(first_killed(make_events(*prog, killed, step, node_fail), 4)) == 1
 
 
+def test_the_kernels_oom_report_before_the_kill_is_no_ranks_complaint():
+    # oom_cgroup_rank3_fourth_srun (round 15): the memcg OOM report in a dmesg without its host,
+    # read by the catalog too, 1 s before srun's 'n2: task 3: Killed'; the report is the kill, said by the kernel
+    oom = dict(source="catalog", kind="host_oom", severity="error", t=9.0, line=1, file="dmesg.txt",
+               message="python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0", attrs={"catalog": "oom"})
+    killed = dict(source="slurm", kind="process_exit", severity="error", host="n2", t=10.0, line=90, file="slurm-3.out",
+                  message="srun: error: n2: task 3: Killed", attrs={"hosts": ["n2"], "tasks": [3], "signal": "SIGKILL"})
+    (f,) = first_killed(make_events(*[_progress(r, 0.0) for r in range(4)], oom, killed), 4)
+    assert (f.role, f.hosts, f.ranks) == ("symptom", ("n2",), (3,))
+
+
 def test_a_kill_after_ranks_complained_is_not_the_first_failure():
     killed = dict(source="slurm", kind="process_exit", severity="error", host="n2", t=40.0, line=50, file="slurm-8.out",
                   message="srun: error: n2: task 3: Killed", attrs={"hosts": ["n2"], "tasks": [3], "signal": "SIGKILL"})

@@ -210,3 +210,22 @@ def test_a_time_limit_after_the_trainer_said_it_finished_is_the_exit_overrunning
     # a run_end after the banner (a later line of the same file) says nothing about the overrun
     late = dict(done, line=5)
     assert decide([limit], _timeline(cancel, late)).confidence >= CONFIDENT_LINE
+
+
+def _oom_kill(pid: int, t: float) -> Finding:
+    ev = Evidence(time=T0 + int(t * SEC), host=None, rank=None, gpu=None, gpu_index=None, file="dmesg.txt", line=80,
+                  source="kernel", kind="host_oom", message=f"Memory cgroup out of memory: Killed process {pid} (python) total-vm:2390360kB")
+    return Finding(rule_id="host-oom-killer", title="oom", cause="oom", role="cause", status="stable", weight=0.9, first_time=ev.time,
+                   count=1, hosts=(), ranks=(), gpus=(), evidence=(ev,), explanation="", actions=("look",))
+
+
+def test_an_oom_kill_by_pid_is_the_one_task_srun_saw_sigkilled_first_and_no_other():
+    # the kernel names a pid (mm/oom_kill.c) and kills it with SIGKILL; srun prints that task's end as
+    # strsignal(SIGKILL), 'Killed', a second later (oom_cgroup_rank3_fourth_srun)
+    killed = _finding("node_failure", 0.45, role="symptom", t=1, host="n2", rank=3, rule="first-killed")
+    v = decide([_oom_kill(15785, 0), killed], _timeline())
+    assert v.cause == "oom" and (v.implicated.nodes, v.implicated.ranks) == (["n2"], [3])
+    assert v.first_failure is not None and (v.first_failure.node, v.first_failure.rank) == ("n2", 3)
+    # two processes killed: nothing pairs either pid with the task
+    v = decide([_oom_kill(15785, 0), _oom_kill(15790, 0.5), killed], _timeline())
+    assert v.cause == "oom" and v.implicated.ranks == [] and v.implicated.nodes == []

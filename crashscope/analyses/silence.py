@@ -615,11 +615,15 @@ def first_killed(events: pl.DataFrame, world: int | None) -> list[Finding]:
     The killed task's node is where it happened: its processes were killed from outside
     (the kernel's OOM killer, an admin, the node going away). An OOM line, when collected,
     outweighs this and says why."""
+    # The kernel's OOM report (whatever source read its lines: the catalog reads dmesg's
+    # "invoked oom-killer" and "oom-kill:" lines too) is no rank's complaint: it is the kill
+    # itself, said by the kernel (mm/oom_kill.c sends the victim SIGKILL), and says why.
     own_bad = events.filter(
         one_of("severity", BAD)
         & ~one_of("kind", NOT_OWN_KINDS)
         & ~one_of("source", NOT_OWN_SOURCES)
         & (pl.col("kind") != Kind.LOG_ERROR.value)
+        & (pl.col("kind") != Kind.HOST_OOM.value)
     )
     # In a file's line order: an exit line after another was written after it, whatever
     # time it was given (an unstamped line takes a stamp before it; slurmstepd's banner has
