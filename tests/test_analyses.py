@@ -513,3 +513,47 @@ def test_a_silent_rank_whose_last_line_is_a_step_is_still_the_node():
 ])
 def test_what_counts_as_a_rank_saying_its_training_ended(line: str, ended: bool) -> None:
     assert bool(TRAINING_ENDED.search(line)) is ended
+
+
+def test_a_collectives_group_is_read_from_its_call_line():
+    from crashscope.analyses.collectives import _default_group
+    assert _default_group("dist.all_gather(parts, lt)", "all_gather")
+    assert _default_group("torch.distributed.all_reduce(x, op=dist.ReduceOp.MAX)", "all_reduce")
+    assert _default_group("dist.barrier()", "barrier")
+    assert _default_group("work = dist.all_reduce(t[0], async_op=True)", "all_reduce")
+    assert not _default_group("dist.all_reduce(p.grad, group=dp_group)", "all_reduce")  # round 15's dp x tp mesh
+    assert not _default_group("dist.all_reduce(t, ReduceOp.SUM, pg)", "all_reduce")  # the group by its place
+    assert not _default_group("dist.barrier(tp_group)", "barrier")
+    assert not _default_group("dist.all_reduce(*args)", "all_reduce")
+    assert not _default_group("dist.all_reduce(", "all_reduce")  # a call continued on the next line
+    assert not _default_group(None, "all_reduce")
+
+
+def _tb_wait(i: int, op: str, call: str, rank: int | None = None, wait: str = "recv") -> list[dict]:
+    text = f"[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 45000ms for {wait} operation to complete"
+    common = dict(source="pytorch", severity="error", rank=rank, t=45.0 + i / 100, line=12 + 14 * i, file="cnn-hydra-6.err")
+    return [dict(common, kind="exception", message=f"RuntimeError: {text}",
+                 attrs={"type": "RuntimeError", "text": text, "c10d_op": op, "c10d_call": call,
+                        "frames_top": f"/site-packages/torch/distributed/distributed_c10d.py:3252 in {op}"}),
+            dict(common, kind="collective_timeout", message=text, attrs={"transport": "gloo", "wait": wait, "timeout_ms": 45000})]
+
+
+def test_every_rank_waiting_in_different_collectives_of_the_default_group_is_a_desync():
+    from crashscope.analyses.collectives import traceback_op_mismatch
+    # collmismatch_rank2_third_torchrun (round 14): four unlabelled tracebacks in torchrun's merged stderr
+    waits = [*_tb_wait(0, "all_reduce", "dist.all_reduce(lt)"), *_tb_wait(1, "all_reduce", "dist.all_reduce(lt)"),
+             *_tb_wait(2, "all_gather", "dist.all_gather(parts, lt)", wait="send"), *_tb_wait(3, "all_reduce", "dist.all_reduce(lt)", wait="send")]
+    (f,) = traceback_op_mismatch(make_events(*waits), 4)
+    assert (f.cause, f.weight, f.ranks, f.hosts) == ("software_error", 0.5, (), ())
+    assert "odd one out is all_gather" in f.title and f.evidence[0].line == 12 + 14 * 2
+    # with the ranks' prefixes the odd one is named
+    ranked = [dict(w, rank=i // 2, host=HOST[i // 2]) for i, w in enumerate(waits)]
+    (g,) = traceback_op_mismatch(make_events(*ranked), 4)
+    assert (g.ranks, g.hosts) == ((2,), ("n2",))
+    # three of four waiting (a stopped rank leaves its peers wherever they were), or sub-groups: nothing
+    assert traceback_op_mismatch(make_events(*waits[:6]), 4) == []
+    mesh = [*_tb_wait(0, "all_reduce", "dist.all_reduce(p.grad, group=dp_group)"), *_tb_wait(1, "all_gather", "dist.all_gather(full, part, group=tp_group)"),
+            *_tb_wait(2, "all_reduce", "dist.all_reduce(p.grad, group=dp_group)"), *_tb_wait(3, "all_reduce", "dist.all_reduce(lt)")]
+    assert traceback_op_mismatch(make_events(*mesh), 4) == []
+    same = [w for i in range(4) for w in _tb_wait(i, "all_reduce", "dist.all_reduce(lt)")]
+    assert traceback_op_mismatch(make_events(*same), 4) == []

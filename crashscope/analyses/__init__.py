@@ -33,6 +33,7 @@ ANALYSES: dict[str, Analysis] = {
     "throughput-collapse": progress.throughput_collapse,
     "fr-collectives": collectives.flight_recorder,
     "watchdog-stuck-outside": collectives.watchdog_stuck_outside,
+    "tb-op-mismatch": collectives.traceback_op_mismatch,
     "nsys-never-launched": collectives.trace_never_launched,
     "stragglers": stragglers.stragglers,
     "nccl-env": nccl_env.nccl_env,

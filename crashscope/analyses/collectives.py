@@ -39,6 +39,9 @@ and sequence number:
   flight (launched and never completed, or still running at the end of the capture) and some
   ranks' last call is a completed #N, those never launched #N+1: they are named. Only a gap of
   exactly one call is read (captures that started late number their calls differently).
+* **tracebacks** (no dumps, no debug): every rank of the world timed out in a collective of the
+  default process group (the call's source line in its traceback passes no ``group``) and not all in
+  the same one: the group's collectives were issued in different orders (:func:`traceback_op_mismatch`).
 """
 
 from __future__ import annotations
@@ -580,3 +583,133 @@ def _collective_start(events: pl.DataFrame, seq: int, ranks: list[int]) -> str |
 
             return (row["time"] - timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return None
+
+
+TB_MISMATCH_ID = "tb-op-mismatch"
+# Likely, not certain (a rank one collective ahead of peers that lost a message looks the same), and
+# the tracebacks seldom say which rank is which: below the lines that say it (fr-mismatch 0.75).
+TB_MISMATCH_WEIGHT = 0.5
+# The place of ``group`` among each collective's parameters (torch 2.13.0 torch/distributed/distributed_c10d.py:
+# all_reduce(tensor, op, group, async_op), all_gather(tensor_list, tensor, group, async_op), reduce(tensor, dst,
+# op, group, ...), reduce_scatter(output, input_list, op, group, ...), all_to_all_single(output, input,
+# output_split_sizes, input_split_sizes, group, ...), barrier(group, ...), ...); left out, it is the default group.
+_GROUP_PARAM = {
+    "all_reduce": 2, "broadcast": 2, "all_gather": 2, "all_gather_into_tensor": 2, "all_gather_object": 2,
+    "broadcast_object_list": 2, "all_to_all": 2, "reduce": 3, "gather": 3, "scatter": 3, "reduce_scatter": 3,
+    "reduce_scatter_tensor": 3, "all_to_all_single": 4, "barrier": 0,
+}
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _call_args(call: str, op: str) -> list[str] | None:
+    """The top-level arguments of the call of ``op`` in one source line (``dist.all_gather(parts, lt)``
+    -> ["parts", "lt"]); None when the line has no such call or it does not close on the line."""
+    m = regex.search(r"(?:^|[\s.=(])" + regex.escape(op) + r"\s*\(", call)
+    if m is None:
+        return None
+    args: list[str] = []
+    depth: list[str] = []
+    cur = ""
+    quote = ""
+    for ch in call[m.end():]:
+        if quote:
+            cur += ch
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            cur += ch
+        elif ch in _PAIRS:
+            depth.append(_PAIRS[ch])
+            cur += ch
+        elif depth and ch == depth[-1]:
+            depth.pop()
+            cur += ch
+        elif ch == ")":
+            if cur.strip():
+                args.append(cur.strip())
+            return args
+        elif ch == "," and not depth:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return None
+
+
+def _default_group(call: str | None, op: str) -> bool:
+    """Does this call of a collective run on the default process group: no ``group`` argument by
+    keyword or by place, and nothing unpacked (``*args``, ``**kw``) that could carry one?"""
+    pos = _GROUP_PARAM.get(op)
+    if call is None or pos is None:
+        return False
+    args = _call_args(call, op)
+    if args is None:
+        return False
+    positional = 0
+    for a in args:
+        if a.startswith("*"):
+            return False
+        if (k := regex.match(r"^(\w+)\s*=(?!=)", a)):
+            if k.group(1) in ("group", "group_name", "pg", "process_group"):
+                return False
+            continue
+        positional += 1
+    return positional <= pos
+
+
+def traceback_op_mismatch(events: pl.DataFrame, world: int | None) -> list[Finding]:
+    """Every rank of the job timed out in a collective of the default process group, and not all in
+    the same one (their tracebacks end in different torch.distributed calls).
+
+    A process group's collectives must be issued in the same order on every member (torch.distributed;
+    ProcessGroupWrapper checks exactly this under TORCH_DISTRIBUTED_DEBUG=DETAIL): ranks of one group
+    waiting in different collectives at once issued them in different orders, a program bug. Only the
+    default group is read, from the call's source line in the traceback (no ``group`` argument): ranks
+    of pipeline-, tensor- or data-parallel sub-groups wait in different collectives by design. Only when
+    every rank timed out (a stopped or dead rank leaves its peers waiting wherever they were). The op
+    fewer ranks wait in, when there is one, is the odd one out, named by rank where a prefix says it."""
+    if not world or world < 2 or events.height == 0:
+        return []
+    ex = events.filter((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("attrs").str.contains('"c10d_op"', literal=True).fill_null(False))
+    if ex.height < world:
+        return []
+    waits = events.filter(pl.col("kind") == Kind.COLLECTIVE_TIMEOUT.value).select("file", "line").unique()
+    ex = ex.join(waits, on=["file", "line"], how="semi")
+    if ex.height < world:
+        return []
+    rows: list[dict[str, Any]] = []
+    seen_ranks: set[int] = set()
+    for r in ex.sort("time", "file", "line", nulls_last=True).with_columns(pl.col("time").dt.epoch("ns").alias("_t")).iter_rows(named=True):
+        a = attrs_of(r["attrs"])
+        op = str(a.get("c10d_op") or "")
+        if not _default_group(a.get("c10d_call"), op):
+            return []  # a sub-group's wait, or a call whose group cannot be told: nothing to compare
+        if r["rank"] is not None:
+            if int(r["rank"]) in seen_ranks:
+                continue  # the same rank's traceback again (an echo)
+            seen_ranks.add(int(r["rank"]))
+        rows.append(r | {"_op": op})
+    ops = Counter(r["_op"] for r in rows)
+    if len(rows) < world or len(ops) < 2:
+        return []
+    counts = sorted(ops.values())
+    odd_op = next(op for op, n in ops.items() if n == counts[0]) if counts[0] < counts[1] else None
+    odd = [r for r in rows if r["_op"] == odd_op]
+    ranks = sorted({int(r["rank"]) for r in odd if r["rank"] is not None}) if odd and all(r["rank"] is not None for r in odd) else []
+    ordered = odd + [r for r in rows if r["_op"] != odd_op]
+    ev = [_evidence(r) for r in ordered]
+    where = ", ".join(f"{op} on {n} rank{'s' if n > 1 else ''}" for op, n in ops.most_common())
+    title = (f"Every rank timed out in a collective of the default process group, but not the same one ({where})"
+             + (f": the odd one out is {odd_op}" + (f" on rank {', '.join(map(str, ranks))}" if ranks else "") if odd_op else ""))
+    return [Finding(
+        rule_id=TB_MISMATCH_ID, title=title, cause="software_error", role="cause", status="stable", weight=TB_MISMATCH_WEIGHT,
+        first_time=min((e.time for e in ev if e.time is not None), default=None), count=len(rows),
+        hosts=_hosts(odd, set(ranks)) if ranks else (), ranks=tuple(ranks), gpus=(), evidence=tuple(ev[:MAX_EVIDENCE]),
+        explanation=("The collectives of one process group must be called in the same order on every member; ranks of the "
+                     "default group waiting in different collectives at the same time called them in different orders (a "
+                     "rank-dependent branch, an uneven number of batches or parameters). Less likely, a rank one collective "
+                     "ahead of peers that lost a message on the way looks the same."),
+        actions=("Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (ProcessGroupWrapper checks every collective's op and shapes across "
+                 "ranks and names the mismatch) and make every rank issue the same collectives in the same order.",),
+    )]

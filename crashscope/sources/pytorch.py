@@ -42,7 +42,9 @@ Kinds and attrs (all ``pg_*`` keys present only when the line names a PG):
   traceback came behind torch's ``[rankN]:`` excepthook prefix: the rank died of it),
   ray_actor_death (a traceback a Ray process printed behind Ray's ``(<name> pid=N)`` worker-log
   prefix within a few lines of its own report of a dead actor, ``_RAY_DEATH``: the driver or
-  Train controller reprinting that death, not its program's error; a truncated one is a warning)
+  Train controller reprinting that death, not its program's error; a truncated one is a warning),
+  c10d_op (the torch.distributed collective the program called: the outermost distributed_c10d.py frame) and
+  c10d_call (the source line under the frame that called it, ``dist.all_gather(parts, lt)``)
 * cuda_error: error;  cuda_oom: tried_bytes, device, free_bytes, total_bytes
 * version: component "nccl", version (from ``NCCL error ... NCCL version X``; once per file and rank)
 * signal: signal, pid, direction (sent|received), agent_pid, srun_task (the ``srun -l`` label of the
@@ -149,6 +151,9 @@ _PREFILTER_PARTS = (
     # ProcessGroupGloo::monitoredBarrier on ranks != 0: c10::str(error, "\n Original exception: \n", e.what()):
     # the line between a logging record's first line and the gloo error it continues
     r"^ Original exception: ",
+    # the source line Python prints under a traceback frame that calls a torch.distributed
+    # collective ("    dist.all_gather(parts, lt)"): which collective, and on which group
+    r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\]: ?)*\s{4}(?:[\w.]+ ?= ?|return )?[\w.]*\b(?:all_reduce|all_gather|reduce_scatter|broadcast|barrier|all_to_all|reduce|gather|scatter)\w*\(",
 )
 
 # --- peer failures as the survivors see them ------------------------------------------------
@@ -380,6 +385,24 @@ class _Ev:
     gpu_index: int | None = None
 
 
+_C10D_FRAME = lazy_compile(r"/torch/distributed/distributed_c10d\.py:\d+ in (?P<func>\w+)$")
+
+
+def _c10d_call(tb: "_Tb") -> dict[str, Any]:
+    """The torch.distributed collective a traceback's program called: the outermost frame in
+    torch/distributed/distributed_c10d.py (the API function the program called; all_gather_object
+    calls all_gather inside) and the source line of the frame that called into torch.distributed
+    (``dist.all_gather(parts, lt)``), which says whether a ``group`` was passed."""
+    for i, f in enumerate(tb.frames):
+        if m := _C10D_FRAME.search(f):
+            out: dict[str, Any] = {"c10d_op": m.group("func")}
+            j = next((k for k in range(i) if "/torch/distributed/" in tb.frames[k]), i)  # c10d_logger's wrapper
+            if j > 0 and (j - 1) in tb.code:
+                out["c10d_call"] = tb.code[j - 1]
+            return out
+    return {}
+
+
 @dataclass
 class _Tb:
     """An open Python traceback for one launcher prefix."""
@@ -394,6 +417,7 @@ class _Tb:
     ident: dict[str, Any] | None = None  # the logging record it is part of (rank, time), when one
     headed: bool = False  # opened by "Traceback (most recent call last):", not by a frame
     ray_death: bool = False  # a Ray process's traceback right after its report of a dead actor (_RAY_DEATH)
+    code: dict[int, str] = field(default_factory=dict)  # frame index -> the source line printed under it
 
 
 @dataclass
@@ -1052,6 +1076,11 @@ class _Parser:
             tb.frames.append(f)
             tb.last = n
             return True
+        if tb.frames and n == tb.last + 1 and text.startswith("    ") and (c := text.strip()) and len(tb.code) < 64:
+            # the frame's source line (CPython's traceback prints it indented under the frame)
+            tb.code[len(tb.frames) - 1] = c[:240]
+            tb.last = n
+            return True
         if em := _EXC_LINE.match(text):
             typ, etext = em.group("type"), em.group("text") or ""
             rank, lr = prefix.rank, prefix.local_rank
@@ -1059,6 +1088,7 @@ class _Parser:
             if tb.frames:
                 attrs["frames_top"] = tb.frames[-1]
                 attrs["frames"] = len(tb.frames)
+                attrs.update(_c10d_call(tb))
             if tb.chained:
                 attrs["chained"] = list(tb.chained)
             if tb.ray_death:
