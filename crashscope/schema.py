@@ -104,6 +104,9 @@ class Kind(str, Enum):
     # TORCH_DISTRIBUTED_DEBUG=DETAIL: a rank entered a collective (ProcessGroupWrapper logs it before
     # its monitored barrier); attrs: seq, op, shape, dtypes, pg_rank. Appended last: older shards load.
     COLLECTIVE_ENTER = "collective_enter"
+    # applog: a rank's own line that leads with its rank tag and then its host ("[rank 2] hostname=n2
+    # local_rank=0"); attrs: host. Where the rank runs, for the timeline. Appended last: older shards load.
+    IDENTITY = "identity"
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)

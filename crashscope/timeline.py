@@ -583,6 +583,23 @@ def _job_nodes(ev: pl.DataFrame) -> list[str]:
     return nodes
 
 
+def _identity_hosts(ev: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
+    """Rank -> node from the rank's own statement of it (applog's ``identity``: ``[rank 2] hostname=n2
+    local_rank=0``), when every such line of the rank names the same node of the job's NodeList."""
+    ids = ev.filter((pl.col("kind") == Kind.IDENTITY.value) & pl.col("rank").is_not_null())
+    if ids.height == 0:
+        return ev
+    named = ids.select("rank", _attr("attrs", "host", pl.String).alias("_ih"))
+    per = named.group_by("rank").agg(pl.col("_ih").n_unique().alias("_k"), pl.col("_ih").first())
+    per = per.filter((pl.col("_k") == 1) & pl.col("_ih").is_in(nodes))
+    if per.height == 0:
+        return ev
+    m = per.select(pl.col("rank").cast(ev.schema["rank"]), "_ih")
+    ev = ev.join(m, on="rank", how="left")
+    fill = (pl.col("source") == "applog") & pl.col("host").is_null()
+    return ev.with_columns(pl.when(fill).then(pl.col("_ih")).otherwise(pl.col("host")).alias("host")).drop("_ih")
+
+
 def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     """Rank -> node from the rank's own log lines: an application log whose every line
     names the rank and, in its header, one of the job's nodes (``[rank 1/4] [n1] train -
@@ -593,6 +610,7 @@ def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     nodes = [n for n in _job_nodes(ev) if 1 <= len(n) <= 64 and n not in NAMELESS_HOSTS]
     if not nodes or len(nodes) > 4096:
         return ev
+    ev = _identity_hosts(ev, nodes)
     todo = ev.filter((pl.col("source") == "applog") & pl.col("rank").is_not_null() & pl.col("host").is_null())
     if todo.height == 0:
         return ev

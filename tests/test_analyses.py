@@ -557,3 +557,13 @@ def test_every_rank_waiting_in_different_collectives_of_the_default_group_is_a_d
     assert traceback_op_mismatch(make_events(*mesh), 4) == []
     same = [w for i in range(4) for w in _tb_wait(i, "all_reduce", "dist.all_reduce(lt)")]
     assert traceback_op_mismatch(make_events(*same), 4) == []
+
+
+def test_an_unstamped_rank_tag_and_host_field_is_the_ranks_identity():
+    import json
+
+    from crashscope.testing import parse_text
+    text = "[rank 2] hostname=n2 local_rank=0 dp_rank=1 tp_rank=0\n[rank 2] step 5 done\nrank=3 host=gpu12 pid=77\nhostname=n1 only\n"
+    ev, _ = parse_text("applog", text, "slurm-2.out")
+    ids = ev.filter(ev["kind"] == "identity")
+    assert list(zip(ids["rank"].to_list(), [json.loads(a)["host"] for a in ids["attrs"].to_list()])) == [(2, "n2"), (3, "gpu12")]

@@ -567,3 +567,19 @@ def test_a_task_that_died_of_a_signal_is_the_first_failure_and_its_faulthandler_
     frames = [fh, segv, _step_terminate(21), _srun_exit(23, "n2", 2, signal="SIGTERM"), _srun_exit(24, "n1", 0, signal="SIGTERM")]
     row = _tl(frames).events.filter(pl.col("source") == "catalog").row(0, named=True)
     assert (row["host"], row["rank"]) == ("n2", 3)
+
+
+def test_a_ranks_statement_of_its_host_places_it_on_that_node() -> None:
+    # train_fourth.py under srun torchrun (exception_rank2_fourth_torchrun): '[rank 2] hostname=n2 local_rank=0 ...'
+    # once at its start; its traceback behind '[rank2]:' names no node and the agents' summaries say 'localhost'
+    def ident(rank: int, host: str) -> pl.DataFrame:
+        return make_event(kind="identity", source="applog", severity="info", host=None, rank=rank, time=None, file="slurm-2.out",
+                          line=1 + rank, message=f"hostname={host} local_rank={rank % 2}", attrs={"host": host})
+    exc = make_event(kind="exception", source="pytorch", host=None, rank=2, t=10.0, file="slurm-2.out", line=80,
+                     message="RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x128 and 256x128)", attrs={"type": "RuntimeError"})
+    tl = _tl([_step(["n1", "n2"], 2), *[ident(r, "n1" if r < 2 else "n2") for r in range(4)], exc])
+    row = tl.events.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert row["host"] == "n2"
+    # a host that is no node of the job (the machine's name) places nothing
+    tl = _tl([_step(["n1", "n2"], 2), ident(2, "vm"), exc])
+    assert tl.events.filter(pl.col("kind") == "exception")["host"].to_list() == [None]

@@ -48,6 +48,7 @@ NOT_OWN_KINDS = (
     Kind.JOB_STATE.value,
     Kind.JOB_STEP.value,
     Kind.NODE_STATE.value,
+    Kind.IDENTITY.value,  # a rank's statement of its host (printed once, at its start): no sign of where it stopped
 )
 NOT_OWN_SOURCES = ("slurm", "sacct", "kernel", "versions", "nvidia_smi", "gpu_csv", "nsys", "dcgm")
 BAD = ("error", "critical")

@@ -40,6 +40,9 @@ Kinds and attrs:
   rank (training went on, so the save returned); Megatron-LM, torchtitan and NeMo async saves
   print their own end and never get an implied one (an async save may still hang after
   training resumed).
+* identity: host. A line that leads with the rank's tag and then a host field, stamped or not
+  (``[rank 2] hostname=n2 local_rank=0 dp_rank=1``, ``rank=3 host=gpu12``): the rank says where it
+  runs; the timeline places it there when the host is a node of the job's NodeList.
 * activity: one per (file, rank) at its LAST time-stamped line: first_time, last_time, lines
   (lines of this rank that reached this source), stamped (of them time-stamped), last_message
   (excerpt), last_step, steps (progress lines seen), framework. The timeline reads "who fell
@@ -112,6 +115,9 @@ _RUN_END = (
     ("ms-swift", lazy_compile(r"End time of running main: \d{4}-\d\d-\d\d")),
 )
 
+# the rank tags _MSG_RANK reads, for the prefilter (Rust and Python syntax alike)
+_RANK_TAG = r"(?:[Gg]lobal[_ ]?[Rr]ank|GLOBAL_RANK|[Rr]ank|RANK)(?:\s*[=:]?\s*\d{1,7}(?:\s*/\s*\d{1,7})?)"
+
 _PREFILTER_PARTS = (
     r"Out of bounds values",
     r"`Trainer\.fit` stopped: ",
@@ -151,6 +157,9 @@ _PREFILTER_PARTS = (
     r"Training snapshot saved at ",
     r"Epoch \d+ \| Batchsize: \d+",
     r"GLOBAL_RANK: \d",
+    # An unstamped line that leads with the rank's tag and then a host field ("[rank 2] hostname=n2
+    # local_rank=0", "rank=3 host=gpu12 ..."): where the rank runs (Kind.IDENTITY)
+    r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*\[?" + _RANK_TAG + r"\]?[\s:,|-]*\[?(?:hostname|host|nodename|node)\s*[=:]\s*[A-Za-z]",
 )
 
 
@@ -225,6 +234,7 @@ _LIGHTNING_INIT = lazy_compile(r"Initializing distributed: GLOBAL_RANK: (?P<rank
 # A process stating its own pid ("started pid=7621 node=n1 ..."): a key=value field. Not "(pid: N)", which
 # torchrun's summaries and agents print about a worker ("exitcode  : 1 (pid: 52533)").
 _OWN_PID = lazy_compile(r"(?:^|[\s\[,;|])pid=(\d{1,9})(?=[\s,;\]]|$)")
+_MSG_HOST_FIELD = lazy_compile(r"^\[?(?:hostname|host|nodename|node)\s*[=:]\s*(?P<host>[A-Za-z][\w.-]{0,62})(?=[\]\s,;|]|$)")
 _MSG_HOST = lazy_compile(r"^\[?(?:hostname|host)\s*[=:]\s*(?P<host>[A-Za-z][\w.-]{0,62})\]?[\s:,|-]*")
 
 # -- progress lines ---------------------------------------------------------------------------
@@ -687,6 +697,10 @@ class _Parser:
                     self.run_ends += 1
                     self.out.append(_Row(Kind.RUN_END, n, excerpt[:EXCERPT], {"outcome": "success", "framework": framework}, **base))
                     return
+        if line_rank is not None and host is None and excerpt[:1] in "[hHnN" and (hm := _MSG_HOST_FIELD.match(excerpt)):
+            # "[rank 2] hostname=n2 local_rank=0 ...": the rank says where it runs
+            self.out.append(_Row(Kind.IDENTITY, n, excerpt[:EXCERPT], {"host": hm.group("host")}, **base))
+            return
         if self._progress(n, excerpt, st, base):
             return
         if any(h in excerpt for h in _CKPT_HINT) or excerpt.startswith(("Saving", "Staging", "Finished", "Last step")):
