@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import regex
 
 from crashscope.patterns import compile_pattern
 from crashscope.engine.model import Evidence, Finding
