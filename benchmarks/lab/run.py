@@ -37,6 +37,7 @@ TRAIN = str(HERE / "train.py")
 TRAIN_OTHER = str(HERE / "train_other.py")
 TRAIN_THIRD = str(HERE / "train_third.py")
 TRAIN_FOURTH = str(HERE / "train_fourth.py")
+TRAIN_FIFTH = str(HERE / "train_fifth.py")
 ENV = dict(os.environ, SLURM_CONF=str(SLURM_BASE / "etc" / "slurm.conf"))
 MEMCG_PARENT = None  # set in main(): our own memory cgroup (cgroup v1 here)
 CPUCG_PARENT = Path("/sys/fs/cgroup/cpu")
@@ -348,11 +349,33 @@ HELD_OUT_15 = {
     "exception_rank0_fourth_srun": S("exception", "srun", "software_error", [0], at=17, prog="fourth",
                                      fmt="deepspeed"),
 }
+# Sixteenth round: a fifth program (train_fifth.py: configuration by environment variables, loguru's default console
+# format on stderr, Lightning's tqdm training bar with carriage returns on rank 0's stdout, per-rank JSON-lines logs in
+# $LOG_DIR, FSDP2 fully_shard on gloo, a 50 s timeout, a checkpoint thread writing torch.save + os.replace, @record),
+# the batch's stdout and stderr split into logs/%x-%j.out and .err, under `srun --label` one task per rank or `srun
+# torchrun` (c10d) with --max-restarts=1 and --tee=3: the program's faults recur on the restart, so the first attempt's
+# failure is the first failure. Kinds rounds 14-15 did not run on a new program.
+HELD_OUT_16 = {
+    "exception_rank3_fifth_torchrun": S("exception", "torchrun", "software_error", [3], at=14, prog="fifth",
+                                        fmt="loguru", save=10),
+    "segv_rank1_fifth_torchrun": S("segv", "torchrun", "software_error", [1], at=13, prog="fifth", fmt="loguru",
+                                   save=10),
+    "sigstop_late_cont_rank2_fifth_srun": S("sigstop_late_cont", "srun", "node_failure", [2], at=12, prog="fifth",
+                                            fmt="loguru"),
+    "preempt_requeue_fifth_srun": S("preempt_requeue", "srun", "preemption", at=14, prog="fifth", fmt="loguru",
+                                    iters=40, save=10),
+    "timelimit_fifth_torchrun": S("timelimit", "torchrun", "time_limit", prog="fifth", fmt="loguru", iters=100000,
+                                  save=50),
+    "enospc_fifth_srun": S("enospc", "srun", "storage_stall", [0], prog="fifth", fmt="loguru", save=10),
+    "oom_ulimit_rank2_fifth_srun": S("oom", "srun", "oom", [2], at=9, prog="fifth", fmt="loguru", limit="ulimit"),
+    "nodekill_n2_fifth_srun": S("nodekill", "srun", "node_failure", [2, 3], at=12, prog="fifth", fmt="loguru"),
+    "completed_fifth_torchrun": S("completed", "torchrun", "none", prog="fifth", fmt="loguru", iters=40),
+}
 HELD_OUT.update(HELD_OUT_2)
 # --held-out-N flag -> its round's scenarios, and the round number truth.json records
 ROUNDS = {1: HELD_OUT, 3: HELD_OUT_3, 4: HELD_OUT_4, 5: HELD_OUT_5, 6: HELD_OUT_6, 7: HELD_OUT_7,
           8: HELD_OUT_8, 9: HELD_OUT_9, 10: HELD_OUT_10, 11: HELD_OUT_11, 12: HELD_OUT_12,
-          13: HELD_OUT_13, 14: HELD_OUT_14, 15: HELD_OUT_15}
+          13: HELD_OUT_13, 14: HELD_OUT_14, 15: HELD_OUT_15, 16: HELD_OUT_16}
 
 
 def round_of(sid: str) -> int | None:
@@ -375,6 +398,7 @@ SCENARIOS.update(HELD_OUT_12)
 SCENARIOS.update(HELD_OUT_13)
 SCENARIOS.update(HELD_OUT_14)
 SCENARIOS.update(HELD_OUT_15)
+SCENARIOS.update(HELD_OUT_16)
 
 
 def world_of(sc) -> int:
@@ -495,22 +519,52 @@ def fourth_job_script(sid, sc, jobdir: Path) -> str:
                              outputs="#SBATCH --output=slurm-%j.out", setup="")
 
 
-def _users_job_script(sc, jobdir: Path, *, name: str, program, args: str, srun_flags: str, outputs: str, setup: str) -> str:  # type: ignore[no-untyped-def]
+def fifth_job_script(sid, sc, jobdir: Path) -> str:
+    """The batch script of a train_fifth.py run: configuration by environment variables (no arguments), the batch's
+    stdout and stderr split into logs/%x-%j.out and logs/%x-%j.err, `srun --label` one task per rank, or `srun
+    torchrun` (c10d) with one elastic restart (--max-restarts=1), each worker's output teed with torchrun's
+    `[default<local rank>]:` prefix and its error.json under torchelastic/ (--log-dir)."""
+    kind = sc["kind"]
+    env = [f"MAX_STEPS={sc.get('iters', 60)}", f"CKPT_EVERY={sc.get('save', 20)}", "CKPT_DIR=$PWD/checkpoints",
+           "LOG_DIR=$PWD/logs"]
+    fault = {"exception": "exception", "segv": "segv", "oom": "leak"}.get(kind)
+    if fault:
+        env += [f"FAULT_KIND={fault}", f"FAULT_RANK={sc['ranks'][0]}", f"FAULT_STEP={sc['at']}"]
+    if kind == "oom":
+        env.append("LEAK_MB=128")
+    return _users_job_script(sc, jobdir, name="fsdp-mlp", program=TRAIN_FIFTH, args="",
+                             srun_flags="--label --kill-on-bad-exit=1",
+                             outputs="#SBATCH --output=logs/%x-%j.out\n#SBATCH --error=logs/%x-%j.err",
+                             setup="".join(f"export {e}\n" for e in env),
+                             torchrun_flags="--max-restarts=1 --tee=3 --log-dir=$PWD/torchelastic")
+
+
+def _users_job_script(sc, jobdir: Path, *, name: str, program, args: str, srun_flags: str, outputs: str, setup: str,  # type: ignore[no-untyped-def]
+                      torchrun_flags: str = "") -> str:
     """The batch script of a users'-style program: `srun` one task per rank (2 a node) or `srun torchrun` (c10d, one
-    agent a node), outputs as the program's users name them, a time limit for the timelimit kind."""
+    agent a node, plus the program's own torchrun flags), outputs as the program's users name them, a time limit for
+    the timelimit kind, the requeueing partition for preempt_requeue, and no --kill-on-bad-exit for the late SIGCONT
+    (the resumed rank must live on to meet its dead peers)."""
+    kind = sc["kind"]
+    if kind == "sigstop_late_cont":
+        srun_flags = " ".join(f for f in srun_flags.split() if f != "--kill-on-bad-exit=1")
     if sc["launcher"] == "srun":
         tasks = "#SBATCH --ntasks-per-node=2"
-        launch = f"srun {srun_flags} {PY} {program} {args}"
+        launch = " ".join(filter(None, ["srun", srun_flags, PY, program, args]))
     else:
         tasks = "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2"
-        launch = (f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
-                  f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT {program} {args}")
-    extra = "#SBATCH --time=1\n" if sc["kind"] == "timelimit" else ""
+        launch = " ".join(filter(None, [
+            f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
+            f"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT", torchrun_flags, program, args]))
+    extra = "#SBATCH --time=1\n" if kind == "timelimit" else ""
+    if kind == "preempt_requeue":
+        extra += "#SBATCH --requeue\n#SBATCH --open-mode=append\n"
+    part = "lowrq" if kind == "preempt_requeue" else "low"
     return f"""#!/bin/bash
 #SBATCH --job-name={name}
 #SBATCH --nodes=2
 {tasks}
-#SBATCH --partition=low
+#SBATCH --partition={part}
 {outputs}
 #SBATCH --chdir={jobdir}
 {extra}
@@ -668,6 +722,49 @@ def fourth_iters(jobdir) -> int:
     return int(steps[-1]) if steps else 0
 
 
+def jsonl_records(text: str) -> list[dict]:
+    """The records of a JSON-lines log (train_fifth.py's logs/rank{R}.jsonl); lines cut by a kill are skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def fifth_steps(jobdir) -> int:
+    """Steps done, from rank 0's JSON-lines `train_step` records (every rank writes one a step)."""
+    steps = [r.get("step", 0) for r in jsonl_records(rank_log(jobdir, 0, "rank{r}.jsonl")) if r.get("msg") == "train_step"]
+    return max(steps, default=0)
+
+
+def fifth_first_failure(sc, logs: dict) -> dict | None:
+    """First failure of a fault whose line train_fifth.py writes itself, from its JSON-lines records (stamped):
+    the rank's first ERROR record (the exception, the allocation failure of RLIMIT_AS, the checkpoint thread's
+    failed write on rank 0), or, for a segfault (no line at all), the rank's last record of the first attempt
+    (before an elastic restart's `Rank N/W up` record)."""
+    kind = sc["kind"]
+    if kind not in ("exception", "segv", "enospc") and not (kind == "oom" and sc.get("limit") == "ulimit"):
+        return None
+    r0 = 0 if kind == "enospc" else sc["ranks"][0]
+    recs = jsonl_records(logs[r0])
+    if kind == "segv":
+        ups = [i for i, r in enumerate(recs) if re.match(r"Rank \d+/\d+ up on", r.get("msg", ""))]
+        first = recs[:ups[1]] if len(ups) > 1 else recs
+        rec = first[-1] if first else None
+        what = f"rank {r0} segfaults (ctypes.string_at(0)) at step {sc['at']}, right after its record: {rec and rec['msg']}"
+    else:
+        rec = next((r for r in recs if r.get("level") == "ERROR"), None)
+        exc = (rec or {}).get("exc", "").strip().splitlines()
+        what = f"rank {r0}'s own error record: {rec['msg']}: {exc[-1][:160] if exc else ''}" if rec else "NOT FOUND"
+    t = dt.datetime.fromisoformat(rec["ts"]).astimezone(dt.timezone.utc) if rec else None
+    fault = {"exception": f"FAULT_KIND=exception: rank {r0} gets a label one past the classes for F.one_hot at step "
+                          f"{sc.get('at')} (on every attempt)",
+             "segv": f"FAULT_KIND=segv: rank {r0} reads address 0 through ctypes at step {sc.get('at')} (on every attempt)"}
+    return {"ff": (t, r0, what), "fault": fault.get(kind)}
+
+
 def other_output(jobdir) -> str:
     return "".join(f.read_text(errors="replace") for f in sorted(Path(jobdir).glob("*.out")))
 
@@ -686,12 +783,34 @@ PROGRAMS = {
     "third": {"script": TRAIN_THIRD, "ckpt": "checkpoints", "rank_log": "train_rank{r}.log", "pids": "proc",
               "timeout": 45, "job_script": third_job_script, "reached": lambda jobdir, n: third_iters(jobdir) >= n,
               # Lightning's name, epoch counted from 0, 20 steps an epoch; torch.save opens the temp file first
-              "fifo": lambda sc: f"epoch={(sc['at'] - 1) // 20}-step={sc['at']}.ckpt.tmp", "enospc_mib": 4},
+              "fifo": lambda sc: f"epoch={(sc['at'] - 1) // 20}-step={sc['at']}.ckpt.tmp", "enospc_mib": 4,
+              "truth": lambda sc: {
+                  "output": ("srun --label (task-number prefixes); " if sc["launcher"] == "srun" else "")
+                  + "batch stdout in cnn-hydra-%j.out, stderr in cnn-hydra-%j.err; per-rank logs/train_rank{R}.log",
+                  "log_format": "hydra", "ddp": True, "torch_distributed_debug": None, "pg_timeout_s": 45}},
     # watch: patterns of untimed lines whose first sight the lab's clock stamps (OutputWatch)
     "fourth": {"script": TRAIN_FOURTH, "ckpt": "checkpoints", "rank_log": None, "pids": "proc", "timeout": 40,
                "job_script": fourth_job_script, "reached": lambda jobdir, n: fourth_iters(jobdir) >= n,
                "watch": {"exception": r"^.*mat1 and mat2 shapes cannot be multiplied.*$"},
-               "fifo": lambda sc: f"global_step{sc['at']}/.metadata", "enospc_mib": 1},
+               "fifo": lambda sc: f"global_step{sc['at']}/.metadata", "enospc_mib": 1,
+               "truth": lambda sc: {
+                   "output": "all ranks' stdout and stderr in slurm-%j.out; python without -u (unflushed prints can be lost)",
+                   "mesh": "dp=2 x tp=2: tp groups [0,1],[2,3]; dp groups [0,2],[1,3]",
+                   "log_format": "deepspeed", "ddp": False, "torch_distributed_debug": None, "pg_timeout_s": 40}},
+    # failed: what a rank's error looks like in its own log (the late SIGCONT waits for a peer's); first_failure: the
+    # program's own reading of the first failure of its faults (collect)
+    "fifth": {"script": TRAIN_FIFTH, "ckpt": "checkpoints", "rank_log": "rank{r}.jsonl", "pids": "proc", "timeout": 50,
+              "job_script": fifth_job_script, "reached": lambda jobdir, n: fifth_steps(jobdir) >= n,
+              "failed": r'"level": "ERROR"', "first_failure": fifth_first_failure,
+              # the full state dict (4.2 MB) written to step-N.pt.tmp, then renamed: one fits in 6 MiB, two do not
+              "fifo": lambda sc: f"step-{sc['at']}.pt.tmp", "enospc_mib": 6,
+              "truth": lambda sc: {
+                  "output": ("srun --label (task-number prefixes)" if sc["launcher"] == "srun" else
+                             "torchrun --tee=3 ([default<local rank>]: prefixes), --max-restarts=1, error.json under "
+                             "torchelastic/") + "; batch stdout in logs/fsdp-mlp-%j.out, stderr in logs/fsdp-mlp-%j.err;"
+                            " per-rank JSON lines logs/rank{R}.jsonl (LOG_DIR)",
+                  "log_format": "loguru+lightning-tqdm+jsonl", "ddp": False, "fsdp": "fully_shard (FSDP2)",
+                  "torch_distributed_debug": None, "pg_timeout_s": 50}},
 }
 
 
@@ -1017,8 +1136,9 @@ def run_scenario(sid, sc, out: Path, versions: dict) -> dict:
                 ff = (t_inj, tgt, f"SIGSTOP of rank {tgt} right after its progress line for iteration {at}")
                 if kind == "sigstop_late_cont":
                     peers = [k for k in range(world) if k != tgt]
-                    hit = wait_for(lambda: any(" failed: " in rank_log(jobdir, k) for k in peers),
-                                   PG_TIMEOUT + 60, 0.2)
+                    failed, name = prog.get("failed", " failed: "), prog["rank_log"] or "rank{r}.log"
+                    hit = wait_for(lambda: any(re.search(failed, rank_log(jobdir, k, name)) for k in peers),
+                                   prog["timeout"] + 60, 0.2)
                     time.sleep(3)
                     os.kill(tpid, signal.SIGCONT)
                     fault += f"; kill -CONT {tpid} at {iso(utcnow())} ({'3 s after the first peer timed out' if hit else 'no peer error seen'})"
@@ -1257,7 +1377,13 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
     # the node each rank really ran on (its own `started pid=N node=X` line), else the planned layout
     ran_on = {k: rank_pid(jobdir, k)[1] or rank_node(sc, k) for k in range(world_of(sc))}
     nodes = sorted({ran_on[k] for k in ranks})
-    if is_other(sc) and kind in ("exception", "ckpt_fifo", "enospc") or is_other(sc) and sc.get("limit") == "ulimit":
+    own = prog_of(sc).get("first_failure")
+    own = own and own(sc, logs)
+    if own:  # the program reads the first failure of its own faults from its own lines
+        ff, fault = own["ff"], own["fault"] or fault
+        if ff[0] is None:
+            notes.append(f"no line found for the first failure of {kind}")
+    elif is_other(sc) and kind in ("exception", "ckpt_fifo", "enospc") or is_other(sc) and sc.get("limit") == "ulimit":
         # no line of train_other.py carries a time: the first failure is when the lab first saw its line
         key = {"exception": "exception", "ckpt_fifo": "save", "enospc": "writefail"}.get(kind, "ulimit")
         r0 = ranks[0]
@@ -1399,22 +1525,11 @@ def collect(sid, sc, jid, jobdir, out, t_submit, t_end, fault, ff, notes, versio
             "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
             "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
             "log_format": "nanogpt", "ddp": True, "torch_distributed_debug": None})
-    if sc.get("prog") == "third":
-        truth.update({
-            "program": "train_third.py",
-            "output": ("srun --label (task-number prefixes); " if sc["launcher"] == "srun" else "")
-                      + "batch stdout in cnn-hydra-%j.out, stderr in cnn-hydra-%j.err; per-rank logs/train_rank{R}.log",
-            "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
-            "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
-            "log_format": "hydra", "ddp": True, "torch_distributed_debug": None, "pg_timeout_s": 45})
-    if sc.get("prog") == "fourth":
-        truth.update({
-            "program": "train_fourth.py",
-            "output": "all ranks' stdout and stderr in slurm-%j.out; python without -u (unflushed prints can be lost)",
-            "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
-            "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))},
-            "mesh": "dp=2 x tp=2: tp groups [0,1],[2,3]; dp groups [0,2],[1,3]",
-            "log_format": "deepspeed", "ddp": False, "torch_distributed_debug": None, "pg_timeout_s": 40})
+    if prog_of(sc).get("truth"):  # what the users'-style programs are: their files, launch and layout
+        t = prog_of(sc)["truth"](sc)
+        truth.update({"program": Path(prog_of(sc)["script"]).name, "output": t.pop("output"),
+                      "rendezvous": "c10d" if sc["launcher"] == "torchrun" else None,
+                      "rank_layout": {str(k): ran_on[k] for k in range(world_of(sc))}, **t})
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     say(f"{sid}: job {jid} ended {st.get('JobState')} exit {st.get('ExitCode')}; recorded to {dest}"
         + (f" NOTES: {' '.join(notes)}" if notes else ""))
@@ -1457,6 +1572,8 @@ def main():
                     help="only the fourteenth round: a third program, train_third.py (HELD_OUT_14)")
     ap.add_argument("--held-out-15", action="store_true",
                     help="only the fifteenth round: a fourth program, train_fourth.py (HELD_OUT_15)")
+    ap.add_argument("--held-out-16", action="store_true",
+                    help="only the sixteenth round: a fifth program, train_fifth.py (HELD_OUT_16)")
     args = ap.parse_args()
     if args.list:
         for k, v in SCENARIOS.items():
