@@ -742,17 +742,21 @@ def fifth_steps(jobdir) -> int:
 def fifth_first_failure(sc, logs: dict) -> dict | None:
     """First failure of a fault whose line train_fifth.py writes itself, from its JSON-lines records (stamped):
     the rank's first ERROR record (the exception, the allocation failure of RLIMIT_AS, the checkpoint thread's
-    failed write on rank 0), or, for a segfault (no line at all), the rank's last record of the first attempt
-    (before an elastic restart's `Rank N/W up` record)."""
+    failed write on rank 0), or, for a segfault (no line at all), the rank's last record before it in the first
+    attempt."""
     kind = sc["kind"]
     if kind not in ("exception", "segv", "enospc") and not (kind == "oom" and sc.get("limit") == "ulimit"):
         return None
     r0 = 0 if kind == "enospc" else sc["ranks"][0]
     recs = jsonl_records(logs[r0])
     if kind == "segv":
-        ups = [i for i, r in enumerate(recs) if re.match(r"Rank \d+/\d+ up on", r.get("msg", ""))]
-        first = recs[:ups[1]] if len(ups) > 1 else recs
-        rec = first[-1] if first else None
+        # its step at-1 record, and the records it wrote after it in that step (an epoch's end, a save) -- not the
+        # restart's (the first attempt's records end there; a restarted rank may fail before it logs again)
+        i = next((i for i, r in enumerate(recs) if r.get("msg") == "train_step" and r.get("step") == sc["at"] - 1), None)
+        while i is not None and i + 1 < len(recs) and recs[i + 1].get("level") in ("INFO", "SUCCESS") \
+                and not re.match(r"Rank \d+/\d+ up on", recs[i + 1].get("msg", "")):
+            i += 1
+        rec = recs[i] if i is not None else None
         what = f"rank {r0} segfaults (ctypes.string_at(0)) at step {sc['at']}, right after its record: {rec and rec['msg']}"
     else:
         rec = next((r for r in recs if r.get("level") == "ERROR"), None)
