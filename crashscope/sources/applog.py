@@ -59,14 +59,15 @@ year-less; only the seconds of a c10 stamp are used (its fraction is CLOCK_MONOT
 from __future__ import annotations
 
 import bisect
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import regex
 
-from crashscope.schema import Kind, Severity
 from crashscope.patterns import compile_pattern
+from crashscope.schema import Kind, Severity, TimeQuality
 from crashscope.sources.base import LineSource, ParseContext, feed_guarded, iso_to_ns, lazy_compile, split_prefix
 
 # -- bounding of train_step rows (documented in the module docstring) ------------------------
@@ -118,6 +119,15 @@ _RUN_END = (
 # the rank tags _MSG_RANK reads, for the prefilter (Rust and Python syntax alike)
 _RANK_TAG = r"(?:[Gg]lobal[_ ]?[Rr]ank|GLOBAL_RANK|[Rr]ank|RANK)(?:\s*[=:]?\s*\d{1,7}(?:\s*/\s*\d{1,7})?)"
 
+# JSON-lines logging: one JSON object a record, its time in a field (python-json-logger's "asctime" /
+# "timestamp" (nhairs/python-json-logger pythonjsonlogger/core.py), structlog's TimeStamper "timestamp"
+# (structlog/processors.py), loguru's serialize=True record.time (loguru/_handler.py _serialize_record),
+# logstash "@timestamp", zap/slog style "ts"/"time"), ISO text or epoch seconds.
+_JSON_TIME_KEYS = ("ts", "timestamp", "time", "@timestamp", "asctime", "datetime", "created")
+_JSON_PREFILTER = (
+    r'^(?:\s*\d{1,7}: )?\{"(?:[^\n]{0,400}?[,{] ?")?(?:ts|time|timestamp|@timestamp|asctime|datetime|created)": ?'
+    r'(?:"\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\d{10}(?:\.\d+)?[,}]|\{)'
+)
 _PREFILTER_PARTS = (
     r"Out of bounds values",
     r"`Trainer\.fit` stopped: ",
@@ -160,6 +170,7 @@ _PREFILTER_PARTS = (
     # An unstamped line that leads with the rank's tag and then a host field ("[rank 2] hostname=n2
     # local_rank=0", "rank=3 host=gpu12 ..."): where the rank runs (Kind.IDENTITY)
     r"^(?:\s*\d{1,7}: )?(?:\[[\w,]+\](?:<\w+>)?: ?)*\[?" + _RANK_TAG + r"\]?[\s:,|-]*\[?(?:hostname|host|nodename|node)\s*[=:]\s*[A-Za-z]",
+    _JSON_PREFILTER,
 )
 
 
@@ -489,6 +500,8 @@ class _Line:
     level: str | None = None
     logger: str | None = None
     glog: bool = False  # c10/glog: "[Rank N]" in the message is a process-group rank, not the process's
+    rank: int | None = None  # a structured record's own rank field (JSON lines)
+    host: str | None = None  # and its host field
 
 
 class _CatalogReads:
@@ -714,6 +727,8 @@ class _Parser:
         s = seg.lstrip()
         c = s[:1]
         ctx = self.ctx
+        if c == "{" and s.startswith('{"') and (rec := _json_record(s.rstrip(), ctx)) is not None:
+            return rec
         if c == "[":
             if s.startswith("[titan] ") and (m := _H_TITAN.match(s)):
                 t, tq = iso_to_ns(m.group("ts"), ctx)
@@ -750,6 +765,8 @@ class _Parser:
     def _identity(self, hdr: _Line) -> tuple[_Line, str, int | None, str | None]:
         """The header, the message, and the rank or host field the message leads with."""
         msg = hdr.msg
+        if hdr.rank is not None or hdr.host is not None:  # a structured record names them in fields
+            return hdr, msg, hdr.rank, hdr.host
         line_rank = host = None
         if not hdr.glog and msg.startswith(("[", "r", "R", "g", "G", "h", "- [", "| [")):
             if (m := _MSG_RANK.match(msg)) and m.end() < len(msg):
@@ -1133,6 +1150,51 @@ class HeaderReader:
         if hdr.time is None and hdr.level is None:
             return False, None, None, None
         return True, rank, hdr.time, hdr.tq
+
+
+def _json_record(s: str, ctx: ParseContext) -> _Line | None:
+    """The header of a JSON-lines logging record: its time (ISO text, or epoch seconds), level, logger,
+    message, and the rank and host fields when it has them; None when the line is no such record (no
+    JSON object, or neither a time nor a level in it). loguru's ``serialize=True`` nests the record
+    under ``"record"`` (``time.timestamp``, ``level.name``, ``message``, ``extra``)."""
+    if not s.endswith("}") or len(s) > 65536:
+        return None
+    try:
+        rec = json.loads(s)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if isinstance(rec.get("record"), dict):  # loguru serialize=True
+        inner = rec["record"]
+        tm, lv = inner.get("time"), inner.get("level")
+        extra = inner.get("extra") if isinstance(inner.get("extra"), dict) else {}
+        rec = {**extra, "timestamp": tm.get("timestamp") if isinstance(tm, dict) else tm,
+               "level": lv.get("name") if isinstance(lv, dict) else lv, "message": inner.get("message"),
+               "name": inner.get("name")}
+    t = tq = None
+    for k in _JSON_TIME_KEYS:
+        v = rec.get(k)
+        if isinstance(v, str) and v[:1].isdigit():
+            t, tq = iso_to_ns(v, ctx)
+            if t is None:
+                tq = None
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and 1e9 <= v < 7.2e9:  # epoch seconds
+            t, tq = round(v * 1_000_000) * 1000, TimeQuality.EXACT  # a float holds microseconds, not ns
+        if t is not None:
+            break
+    level = next((v for k in ("level", "levelname", "severity", "lvl") if isinstance(v := rec.get(k), str)), None)
+    level = level.upper() if level else None
+    if level not in _SEV:
+        level = None
+    if t is None and level is None:
+        return None
+    msg = next((v for k in ("msg", "message", "event", "text") if isinstance(v := rec.get(k), str)), "")
+    logger = next((v for k in ("name", "logger", "logger_name") if isinstance(v := rec.get(k), str)), None)
+    rank = next((v for k in ("rank", "global_rank", "RANK") if isinstance(v := rec.get(k), int) and not isinstance(v, bool)
+                 and 0 <= v < 1_000_000), None)
+    host = next((v for k in ("host", "hostname", "node") if isinstance(v := rec.get(k), str) and v), None)
+    return _Line(msg, t, tq, "WARNING" if level == "WARN" else level, logger, rank=rank, host=host)
 
 
 def _iso(t: int | None) -> str | None:
