@@ -529,19 +529,31 @@ def _root_cause_task_hosts(ev: pl.DataFrame, exits: dict[str, list[tuple[int, st
     holds for each agent's record, the first or a later one (without ``--kill-on-bad-exit`` each
     agent exits 1 after its own summary). Two agents whose workers both failed print their
     summaries in either order before srun records either exit (recorded:
-    iptables_rank1_nodebug_torchrun), so two say nothing."""
+    iptables_rank1_nodebug_torchrun), so two say nothing. Nor does a summary followed, before the
+    record, by another agent's own dying traceback: torchrun's ``main`` is wrapped in ``@record``
+    (torch/distributed/run.py), so an agent that fails itself (``RendezvousClosedError`` while it
+    restarts its workers after the other agent gave up) prints that exception, not a summary, and
+    exits 1; the output srun drained last before the record is the recorded agent's (recorded:
+    exception_rank3_fifth_torchrun, --max-restarts=1)."""
     if not exits or as_rank or not under_torchrun(ev):
         return ev
     roots = ev.filter((pl.col("kind") == Kind.ROOT_CAUSE_REPORT.value) & pl.col("rank").is_not_null()
                       & (_attr("attrs", "root") == "true"))
     if roots.height == 0 or roots["host"].null_count() == 0:
         return ev
+    etype = _attr("attrs", "type")
+    agent_died = ev.filter((pl.col("kind") == Kind.EXCEPTION.value) & pl.col("rank").is_null()
+                           & etype.str.starts_with("torch.distributed.elastic.").fill_null(False)
+                           & ~etype.str.ends_with(".ChildFailedError").fill_null(False))
     ranks: dict[int, str] = {}
     for f, records in exits.items():
         for line, host, _, before in records:
             near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
-            if near["rank"].n_unique() == 1:
-                ranks.setdefault(int(near["rank"][0]), host)
+            if near["rank"].n_unique() != 1:
+                continue
+            if agent_died.filter((pl.col("file") == f) & pl.col("line").is_between(int(near["line"].max()) + 1, line)).height:
+                continue
+            ranks.setdefault(int(near["rank"][0]), host)
     if not ranks:
         return ev
     m = pl.DataFrame({"rank": list(ranks), "_rch": list(ranks.values())}, schema={"rank": ev.schema["rank"], "_rch": pl.String})
