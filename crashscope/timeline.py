@@ -430,7 +430,64 @@ def _resolve_ranks(ev: pl.DataFrame) -> pl.DataFrame:
     if rh.height and ev["host"].null_count():
         m = rh.group_by("rank").agg(pl.col("host").mode().sort().first().alias("_rh"))
         ev = _fill_nulls(ev, m, "rank", {"host": "_rh"})
+    ev = _faulthandler_workers(_agent_line_hosts(ev))
     return _hosts_by_elimination(_hosts_by_layout(ev)).sort("_id")
+
+
+def _faulthandler_workers(ev: pl.DataFrame) -> pl.DataFrame:
+    """Python's faulthandler (``Fatal Python error: Segmentation fault``, cpython
+    Python/faulthandler.c ``faulthandler_fatal_error``) is a dying worker's last words, and
+    torchrun's agent reports the same death as ``failed (exitcode: -11) local_rank: 1 (pid: N)``
+    (torch/distributed/elastic/multiprocessing/api.py). A faulthandler line behind torchrun's
+    ``[default1]:`` tag with no rank of its own is the worker of that local rank whose death by
+    the same signal an agent reported, when exactly one rank did."""
+    sig = _attr("attrs", "signal")
+    fh = ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & pl.col("rank").is_null() & pl.col("local_rank").is_not_null()
+                   & pl.col("message").str.starts_with("Fatal Python error: ") & sig.is_not_null())
+    if fh.height == 0:
+        return ev
+    died = (ev.filter((pl.col("kind") == Kind.PROCESS_EXIT.value) & pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null()
+                      & pl.col("attrs").str.contains('"agent_pid"', literal=True))
+            .select("local_rank", sig.alias("_sig"), "rank", "host").unique())
+    one = (died.group_by(["local_rank", "_sig"]).agg(pl.col("rank").first().alias("_fr"), pl.col("host").first().alias("_fh"), pl.len().alias("_n"))
+           .filter(pl.col("_n") == 1).drop("_n"))
+    if one.height == 0:
+        return ev
+    ev = ev.with_columns(pl.when(pl.col("message").str.starts_with("Fatal Python error: ")).then(sig).alias("_sig"))
+    return _fill_nulls(ev, one, ["local_rank", "_sig"], {"rank": "_fr", "host": "_fh"}).drop("_sig")
+
+
+def _agent_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
+    """torchrun's agent stamps its own lines with its pid (glog ``E1203 14:00:08.321000 24525
+    .../api.py:1002] failed (exitcode: -11) local_rank: 1 (pid: 24910) ...``) and there is one
+    agent a node: a line of an agent whose other lines in the same file are tied to one node
+    (a worker it signalled that the summary names) is on that node, and a worker exit it reports
+    by local rank is that node's rank of that local rank. Recorded: segv_rank1_fifth_torchrun,
+    where the first attempt's segfaulted worker appears only in its agent's exit line (the restart's
+    summary names the second attempt's workers)."""
+    if not ev["attrs"].str.contains('"agent_pid"', literal=True).any():
+        return ev
+    ap = _attr("attrs", "agent_pid", pl.Int64)
+    tagged = ev.select("file", ap.alias("_ap"), "host").filter(pl.col("_ap").is_not_null() & pl.col("file").is_not_null())
+    known = (tagged.filter(pl.col("host").is_not_null()).group_by(["file", "_ap"])
+             .agg(pl.col("host").unique().alias("_hs")).filter(pl.col("_hs").list.len() == 1)
+             .select("file", "_ap", pl.col("_hs").list.first().alias("_ah")))
+    if known.height == 0:
+        return ev
+    # only the agent's reports of its workers' exits, which name them by local rank
+    exit_ap = pl.when((pl.col("kind") == Kind.PROCESS_EXIT.value) & pl.col("rank").is_null() & pl.col("local_rank").is_not_null()).then(ap)
+    both = ev.select("host", "local_rank", "rank").filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
+    if both.height == 0:
+        return ev
+    lr = (both.group_by(["host", "local_rank"]).agg(pl.col("rank").unique().alias("_rs")).filter(pl.col("_rs").list.len() == 1)
+          .select("host", "local_rank", pl.col("_rs").list.first().alias("_lr_rank")))
+    hosts = ev.select("host", exit_ap.alias("_ap"), "file", "local_rank", pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"))
+    rows = hosts.filter(pl.col("_ap").is_not_null()).drop("host").join(known, on=["file", "_ap"], how="inner").rename({"_ah": "host"})
+    rows = rows.join(lr, on=["host", "local_rank"], how="inner")
+    if rows.height == 0:
+        return ev
+    return ev.with_columns(ev["host"].scatter(rows["_p"], rows["host"]),
+                           ev["rank"].scatter(rows["_p"], rows["_lr_rank"].cast(ev.schema["rank"])))
 
 
 # How far from srun's record of the task's exit an unlabelled traceback of that task may be:
