@@ -27,7 +27,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -608,7 +608,7 @@ def _root_cause_task_hosts(ev: pl.DataFrame, exits: dict[str, list[tuple[int, st
             near = roots.filter((pl.col("file") == f) & pl.col("line").is_between(max(before + 1, line - TASK_EXIT_LINES_BEFORE), line))
             if near["rank"].n_unique() != 1:
                 continue
-            if agent_died.filter((pl.col("file") == f) & pl.col("line").is_between(int(near["line"].max()) + 1, line)).height:
+            if agent_died.filter((pl.col("file") == f) & pl.col("line").is_between(int(cast(int, near["line"].max())) + 1, line)).height:
                 continue
             ranks.setdefault(int(near["rank"][0]), host)
     if not ranks:
