@@ -652,6 +652,13 @@ def _job_nodes(ev: pl.DataFrame) -> list[str]:
     return nodes
 
 
+def _fill_applog_hosts(ev: pl.DataFrame, rank_host: pl.DataFrame) -> pl.DataFrame:
+    """The application-log events without a host get their rank's node (``rank_host``: rank, _h)."""
+    ev = ev.join(rank_host.with_columns(pl.col("rank").cast(ev.schema["rank"])), on="rank", how="left")
+    fill = (pl.col("source") == "applog") & pl.col("host").is_null()
+    return ev.with_columns(pl.when(fill).then(pl.col("_h")).otherwise(pl.col("host")).alias("host")).drop("_h")
+
+
 def _identity_hosts(ev: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     """Rank -> node from the rank's own statement of it (applog's ``identity``: ``[rank 2] hostname=n2
     local_rank=0``), when every such line of the rank names the same node of the job's NodeList."""
@@ -663,10 +670,7 @@ def _identity_hosts(ev: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     per = per.filter((pl.col("_k") == 1) & pl.col("_ih").is_in(nodes))
     if per.height == 0:
         return ev
-    m = per.select(pl.col("rank").cast(ev.schema["rank"]), "_ih")
-    ev = ev.join(m, on="rank", how="left")
-    fill = (pl.col("source") == "applog") & pl.col("host").is_null()
-    return ev.with_columns(pl.when(fill).then(pl.col("_ih")).otherwise(pl.col("host")).alias("host")).drop("_ih")
+    return _fill_applog_hosts(ev, per.select("rank", pl.col("_ih").alias("_h")))
 
 
 def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
@@ -698,10 +702,7 @@ def _own_line_hosts(ev: pl.DataFrame) -> pl.DataFrame:
     per = per.filter((pl.col("_k") == 1) & (pl.col("_hits") >= OWN_HOST_MIN_SHARE * pl.col("_lines")))
     if per.height == 0:
         return ev
-    m = per.select(pl.col("rank").cast(ev.schema["rank"]), "_oh")
-    ev = ev.join(m, on="rank", how="left")
-    fill = (pl.col("source") == "applog") & pl.col("host").is_null()
-    return ev.with_columns(pl.when(fill).then(pl.col("_oh")).otherwise(pl.col("host")).alias("host")).drop("_oh")
+    return _fill_applog_hosts(ev, per.select("rank", pl.col("_oh").alias("_h")))
 
 
 def _fold_host_case(ev: pl.DataFrame) -> pl.DataFrame:
