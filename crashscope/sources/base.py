@@ -438,6 +438,7 @@ def frame_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
 # What json.dumps(x, separators=(",", ":"), default=str) builds on every call, built once:
 # the same text, ~40% less time an event.
 _ATTRS_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+ATTRS_ENCODER = _ATTRS_ENCODER  # for sources that encode attrs values themselves (gpu_csv)
 
 
 def attrs_text(attrs: dict[str, Any]) -> str:

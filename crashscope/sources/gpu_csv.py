@@ -46,7 +46,7 @@ from typing import Any
 import polars as pl
 
 from crashscope.schema import Kind, Severity
-from crashscope.sources.base import MAX_ATTRS_CHARS, FileSource, ParseContext, attrs_text, decode, normalize_pci
+from crashscope.sources.base import ATTRS_ENCODER, MAX_ATTRS_CHARS, FileSource, ParseContext, attrs_text, decode, normalize_pci
 from crashscope.sources.nvidia_smi import REASON_BITS, SERIOUS_MASK, reason_names
 from crashscope.sources.base import lazy_compile
 
@@ -448,7 +448,7 @@ def _telemetry_texts(sampled: pl.DataFrame, tel_keys: list[str]) -> pl.DataFrame
     )
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # as attrs_text encodes
+_ENCODE = ATTRS_ENCODER.encode  # as attrs_text encodes
 
 
 def _iso(ns: int) -> str:
